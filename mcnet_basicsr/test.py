@@ -1,0 +1,25 @@
+"""Test with BasicSR's pipeline and mcnet_basicsr's types registered.
+
+    python mcnet_basicsr/test.py -opt options/test_mcnet_srcnn_x2.yml
+    python -m mcnet_basicsr.test -opt ...
+
+results/ lands in the repository root (or the current directory when the package is installed
+elsewhere), as with BasicSR's own ``basicsr/test.py``.
+"""
+import os.path as osp
+import sys
+
+if __package__ in (None, ''):  # run as a script: import the package, not its folder's modules
+    sys.path[0] = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
+
+import mcnet_basicsr  # noqa: E402,F401  (registers our types, aliases torchvision)
+from mcnet_basicsr.utils.pipeline import default_root_path  # noqa: E402
+
+
+def main(root_path=None):
+    from basicsr.test import test_pipeline
+    test_pipeline(root_path or default_root_path())
+
+
+if __name__ == '__main__':
+    main()

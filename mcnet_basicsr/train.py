@@ -1,0 +1,27 @@
+"""Train with BasicSR's pipeline and mcnet_basicsr's types registered.
+
+    python mcnet_basicsr/train.py -opt options/train_mcnet_srcnn_x2.yml [--auto_resume] [--launcher pytorch] [--debug]
+    python -m mcnet_basicsr.train -opt ...
+    torchrun --nproc_per_node=2 mcnet_basicsr/train.py -opt ... --launcher pytorch
+
+experiments/, tb_logger/ and results/ land in the repository root (or the current directory
+when the package is installed elsewhere), as with BasicSR's own ``basicsr/train.py``.
+"""
+import os.path as osp
+import sys
+
+if __package__ in (None, ''):  # run as a script: import the package, not its folder's modules
+    sys.path[0] = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
+
+import mcnet_basicsr  # noqa: E402,F401  (registers our types, aliases torchvision)
+from mcnet_basicsr.utils.pipeline import default_root_path, patch_resume_for_cpu  # noqa: E402
+
+
+def main(root_path=None):
+    import basicsr.train
+    patch_resume_for_cpu(basicsr.train)
+    basicsr.train.train_pipeline(root_path or default_root_path())
+
+
+if __name__ == '__main__':
+    main()

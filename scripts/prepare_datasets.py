@@ -1,0 +1,228 @@
+"""Make BasicSR-ready SR data from folders of HR images.
+
+For every evaluation set (default Set5, Set14) and scale s:
+    <root>/<Name>/HR_mod<s>/<img>.png          HR mod-cropped to a multiple of s
+    <root>/<Name>/LR_bicubic/X<s>/<img>.png    MATLAB bicubic downscale of it, rounded to uint8
+For every training set (default T91), sub-image patches of those pairs packed into LMDBs with
+basicsr's lmdb utilities (meta_info.txt included), for ``PairedImageDataset`` with
+``io_backend: {type: lmdb}``:
+    <root>/<Name>/<Name>_HR_sub_x<s>.lmdb  and  <root>/<Name>/<Name>_LR_sub_x<s>.lmdb
+
+HR images are read from <src>/<Name>/HR (default <src> = <root>; point --src at
+../shared/datasets to use the shared copies). Gray images become 3 identical channels, an alpha
+channel is dropped. Re-running with the same settings does nothing; different settings or
+foreign content in an output folder is refused unless --force is given. Outputs are written to a
+temporary name and renamed when complete, so an interrupted run leaves nothing half-written.
+
+    python scripts/prepare_datasets.py --src ../shared/datasets
+    python scripts/prepare_datasets.py --src ../shared/datasets --train-sets T91 BSD200 --scales 2
+"""
+import argparse
+import hashlib
+import json
+import os
+import os.path as osp
+import shutil
+import sys
+import tempfile
+
+import cv2
+import numpy as np
+from tqdm import tqdm
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), osp.pardir)))
+import mcnet_basicsr_hook  # noqa: E402
+
+mcnet_basicsr_hook.install_torchvision_alias()
+from basicsr.utils.lmdb_util import make_lmdb_from_imgs  # noqa: E402
+from basicsr.utils.matlab_functions import imresize  # noqa: E402
+
+IMG_EXTENSIONS = ('.png', '.bmp', '.jpg', '.jpeg', '.tif', '.tiff')
+MARKER = '.prepared.json'
+
+
+def list_images(folder):
+    if not osp.isdir(folder):
+        raise FileNotFoundError(f'No HR folder {folder!r}: expected <src>/<Name>/HR with images.')
+    names = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMG_EXTENSIONS))
+    if not names:
+        raise FileNotFoundError(f'No images ({", ".join(IMG_EXTENSIONS)}) in {folder!r}.')
+    return [osp.join(folder, f) for f in names]
+
+
+def read_hr(path):
+    """uint8 HxWx3 (BGR, as cv2 and BasicSR use); gray is replicated, alpha dropped."""
+    img = cv2.imread(path, cv2.IMREAD_UNCHANGED)
+    if img is None:
+        raise ValueError(f'Cannot read image {path!r}.')
+    if img.dtype != np.uint8:
+        raise ValueError(f'{path!r} is {img.dtype}; HR training/evaluation images must be 8-bit.')
+    if img.ndim == 2:
+        img = np.repeat(img[:, :, None], 3, axis=2)
+    elif img.shape[2] == 4:
+        img = img[:, :, :3]
+    return img
+
+
+def mod_crop(img, scale):
+    h, w = img.shape[:2]
+    return img[:h - h % scale, :w - w % scale]
+
+
+def bicubic_lr(hr, scale):
+    """MATLAB ``imresize(hr, 1/scale)`` on [0, 1] floats, then ``im2uint8`` (round half up)."""
+    lr = imresize(hr.astype(np.float64) / 255., 1 / scale)
+    return np.clip(np.floor(lr * 255. + 0.5), 0, 255).astype(np.uint8)
+
+
+def patch_origins(length, patch, step):
+    """Top-left corners covering [0, length) with the last patch flush with the end."""
+    if length < patch:
+        return []
+    origins = list(range(0, length - patch + 1, step))
+    if origins[-1] != length - patch:
+        origins.append(length - patch)
+    return origins
+
+
+def settings_digest(settings, sources):
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for path in sources:
+        st = os.stat(path)
+        h.update(f'{osp.basename(path)}:{st.st_size}'.encode())
+    return h.hexdigest()
+
+
+def check_output(out_dirs, digest, force):
+    """True if every output exists with this digest; raise if something else is in the way."""
+    states = []
+    for d in out_dirs:
+        marker = osp.join(d, MARKER)
+        if not osp.exists(d):
+            states.append('missing')
+        elif osp.isfile(marker) and json.load(open(marker)).get('digest') == digest:
+            states.append('done')
+        else:
+            states.append('foreign')
+    if all(s == 'done' for s in states):
+        return True
+    if 'foreign' in states or 'done' in states:
+        if not force:
+            clash = [d for d, s in zip(out_dirs, states) if s != 'missing']
+            raise FileExistsError(f'{clash} exist(s) with other settings or content; pass --force to replace.')
+        for d in out_dirs:
+            if osp.exists(d):
+                shutil.rmtree(d)
+    return False
+
+
+def commit_dir(tmp_dir, out_dir, digest, settings):
+    with open(osp.join(tmp_dir, MARKER), 'w') as f:
+        json.dump({'digest': digest, 'settings': settings}, f, indent=1)
+    os.replace(tmp_dir, out_dir)
+
+
+def prepare_eval_set(src_dir, root, name, scale, force):
+    sources = list_images(src_dir)
+    hr_out, lr_out = osp.join(root, name, f'HR_mod{scale}'), osp.join(root, name, 'LR_bicubic', f'X{scale}')
+    settings = {'kind': 'eval', 'scale': scale, 'version': 1}
+    digest = settings_digest(settings, sources)
+    if check_output([hr_out, lr_out], digest, force):
+        print(f'{name} x{scale}: up to date')
+        return
+    tmp_hr, tmp_lr = hr_out + '.tmp', lr_out + '.tmp'
+    for d in (tmp_hr, tmp_lr):
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+    for path in tqdm(sources, desc=f'{name} x{scale}', unit='img'):
+        hr = mod_crop(read_hr(path), scale)
+        stem = osp.splitext(osp.basename(path))[0]
+        cv2.imwrite(osp.join(tmp_hr, stem + '.png'), hr)
+        cv2.imwrite(osp.join(tmp_lr, stem + '.png'), bicubic_lr(hr, scale))
+    commit_dir(tmp_hr, hr_out, digest, settings)
+    commit_dir(tmp_lr, lr_out, digest, settings)
+
+
+def prepare_train_set(src_dir, root, name, scale, patch, step, force):
+    if patch % scale or step % scale:
+        raise ValueError(f'--patch-size {patch} and --step {step} must be multiples of the scale {scale}.')
+    sources = list_images(src_dir)
+    hr_out = osp.join(root, name, f'{name}_HR_sub_x{scale}.lmdb')
+    lr_out = osp.join(root, name, f'{name}_LR_sub_x{scale}.lmdb')
+    settings = {'kind': 'train', 'scale': scale, 'patch': patch, 'step': step, 'version': 1}
+    digest = settings_digest(settings, sources)
+    if check_output([hr_out, lr_out], digest, force):
+        print(f'{name} x{scale} LMDB: up to date')
+        return
+    os.makedirs(osp.join(root, name), exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=osp.join(root, name)) as tmp:
+        hr_dir, lr_dir = osp.join(tmp, 'hr'), osp.join(tmp, 'lr')
+        os.makedirs(hr_dir)
+        os.makedirs(lr_dir)
+        keys, skipped = [], []
+        for path in tqdm(sources, desc=f'{name} x{scale} patches', unit='img'):
+            hr = mod_crop(read_hr(path), scale)
+            lr = bicubic_lr(hr, scale)
+            stem = osp.splitext(osp.basename(path))[0]
+            ys, xs = patch_origins(hr.shape[0], patch, step), patch_origins(hr.shape[1], patch, step)
+            if not ys or not xs:
+                skipped.append(stem)
+                continue
+            idx = 0
+            for y in ys:
+                for x in xs:
+                    idx += 1
+                    key = f'{stem}_s{idx:03d}'
+                    cv2.imwrite(osp.join(hr_dir, key + '.png'), hr[y:y + patch, x:x + patch])
+                    ly, lx, lp = y // scale, x // scale, patch // scale
+                    cv2.imwrite(osp.join(lr_dir, key + '.png'), lr[ly:ly + lp, lx:lx + lp])
+                    keys.append(key)
+        if skipped:
+            print(f'{name} x{scale}: skipped {len(skipped)} image(s) smaller than {patch}px: {", ".join(skipped)}')
+        if not keys:
+            raise ValueError(f'{name}: no image is at least {patch}px on both sides; lower --patch-size.')
+        files = [k + '.png' for k in keys]
+        for data_dir, out in ((hr_dir, hr_out), (lr_dir, lr_out)):
+            tmp_out = out[:-len('.lmdb')] + '.tmp.lmdb'  # basicsr insists on the suffix
+            shutil.rmtree(tmp_out, ignore_errors=True)
+            make_lmdb_from_imgs(data_dir, tmp_out, files, keys, batch=1000, multiprocessing_read=False)
+            commit_dir(tmp_out, out, digest, settings)
+    print(f'{name} x{scale}: {len(keys)} patch pairs -> {hr_out}, {lr_out}')
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--root', default='datasets', help='output root (default: datasets)')
+    parser.add_argument('--src', default=None, help='root of <Name>/HR input folders (default: --root)')
+    parser.add_argument('--eval-sets', nargs='*', default=['Set5', 'Set14'])
+    parser.add_argument('--train-sets', nargs='*', default=['T91'])
+    parser.add_argument('--scales', nargs='+', type=int, default=[2, 3, 4])
+    parser.add_argument('--patch-size', type=int, default=96, help='HR sub-image size (multiple of every scale)')
+    parser.add_argument('--step', type=int, default=48, help='HR sub-image stride (multiple of every scale)')
+    parser.add_argument('--force', action='store_true', help='replace outputs made with other settings')
+    args = parser.parse_args(argv)
+    for s in args.scales:
+        if s < 1:
+            parser.error(f'--scales must be positive integers, got {s}')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    src = args.src or args.root
+    os.makedirs(args.root, exist_ok=True)
+    for name in args.eval_sets:
+        for s in args.scales:
+            prepare_eval_set(osp.join(src, name, 'HR'), args.root, name, s, args.force)
+    for name in args.train_sets:
+        for s in args.scales:
+            prepare_train_set(osp.join(src, name, 'HR'), args.root, name, s, args.patch_size, args.step, args.force)
+    return 0
+
+
+if __name__ == '__main__':
+    try:
+        sys.exit(main())
+    except (FileNotFoundError, FileExistsError, ValueError) as err:
+        print(f'error: {err}', file=sys.stderr)
+        sys.exit(2)

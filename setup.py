@@ -1,0 +1,35 @@
+from setuptools import find_packages, setup
+
+version = {}
+with open('mcnet_basicsr/version.py') as f:
+    exec(f.read(), version)
+
+with open('README.md', encoding='utf-8') as f:
+    long_description = f.read()
+
+setup(
+    name='mcnet_basicsr',
+    version=version['__version__'],
+    description='Measurement-consistent super-resolution (MCNet) as a BasicSR plugin',
+    long_description=long_description,
+    long_description_content_type='text/markdown',
+    packages=find_packages(include=['mcnet_basicsr', 'mcnet_basicsr.*']),
+    py_modules=['mcnet_basicsr_hook'],
+    include_package_data=True,
+    package_data={'mcnet_basicsr': ['weights/*.pth', 'weights/*.md']},
+    python_requires='>=3.9',
+    install_requires=[
+        'basicsr==1.4.2',
+        'torch',
+        'torchvision',
+        'opencv-python',
+        'pyyaml',
+        'lmdb',
+        'numpy',
+        'scipy',
+        'scikit-image',
+        'tqdm',
+    ],
+    extras_require={'test': ['pytest']},
+    license='Apache-2.0',
+)
