@@ -27,7 +27,7 @@ def load_resume_state(opt):
     with ``--auto_resume``, else ``path.resume_state``.
     """
     from basicsr.utils import scandir
-    from basicsr.utils.options import check_resume
+    from basicsr.utils import check_resume
 
     resume_state_path = None
     if opt['auto_resume']:

@@ -1,0 +1,241 @@
+import torch
+import torch.nn.functional as F
+from basicsr.utils.registry import ARCH_REGISTRY
+from torch import nn
+
+
+class _SpectralNormConv2d(nn.Conv2d):
+    """3x3 (odd-size) convolution whose operator norm is bounded by ``bound`` on any input size.
+
+    The norm is that of the *convolution operator*, not of the reshaped kernel matrix: power
+    iteration runs on the convolution itself (forward: circular conv on an ``n x n`` grid;
+    adjoint: circular correlation with the channel-transposed, flipped kernel). The norm of the
+    circular convolution on n x n is the largest singular value of the kernel's transfer function
+    over the n x n frequency grid; a zero-padded convolution on any image size is a compression
+    of the infinite-domain operator, whose norm is the supremum over all frequencies, which that
+    grid samples. ``sn_grid`` (default 32) makes the gap negligible.
+
+    The effective kernel is ``weight * min(1, bound / sigma)``: weights already within the bound
+    are used as trained. ``sigma = <u, K v>`` is differentiable in ``weight`` (u, v fixed), as in
+    ``torch.nn.utils.spectral_norm``. The vectors only change in :meth:`power_iteration`, which
+    the owner calls explicitly, so the operator stays fixed during a fixed-point solve.
+    """
+
+    def __init__(self, in_ch, out_ch, kernel_size, bias, bound, sn_grid=32):
+        super().__init__(in_ch, out_ch, kernel_size, padding=kernel_size // 2, bias=bias)
+        self.bound = bound
+        g = torch.Generator().manual_seed(in_ch * 1000 + out_ch)
+        v = torch.randn(1, in_ch, sn_grid, sn_grid, generator=g)
+        self.register_buffer('sn_v', v / v.norm())
+        self.register_buffer('sn_u', torch.zeros(1, out_ch, sn_grid, sn_grid))
+        self.register_buffer('sn_sigma', torch.ones(()))
+
+    def _circular(self, x, kernel):
+        p = kernel.shape[-1] // 2
+        return F.conv2d(F.pad(x, (p, p, p, p), mode='circular'), kernel)
+
+    def _apply_op(self, v, weight):
+        return self._circular(v, weight)
+
+    def _apply_adjoint(self, u, weight):
+        return self._circular(u, weight.transpose(0, 1).flip(2, 3))
+
+    @torch.no_grad()
+    def power_iteration(self, max_iter=1, tol=None):
+        """Refine (u, v) in place; stop early when sigma changes by less than ``tol`` (relative)."""
+        w = self.weight.detach()
+        v = self.sn_v.to(w.dtype)
+        sigma_old = None
+        for _ in range(max_iter):
+            u = self._apply_op(v, w)
+            u = u / u.norm().clamp_min(1e-12)
+            v = self._apply_adjoint(u, w)
+            sigma = v.norm()
+            v = v / sigma.clamp_min(1e-12)
+            if tol is not None and sigma_old is not None and abs(sigma - sigma_old) <= tol * sigma:
+                break
+            sigma_old = sigma
+        self.sn_u.copy_(u)
+        self.sn_v.copy_(v)
+        self.sn_sigma.copy_(sigma)
+        return sigma
+
+    def sigma(self):
+        """Differentiable estimate <u, K v> of the operator norm."""
+        return (self.sn_u.to(self.weight.dtype) * self._apply_op(self.sn_v.to(self.weight.dtype), self.weight)).sum()
+
+    def normalized_weight(self):
+        return self.weight * torch.clamp(self.bound / self.sigma(), max=1.0)
+
+    def forward(self, x):
+        return F.conv2d(x, self.normalized_weight(), self.bias, padding=self.padding)
+
+
+@ARCH_REGISTRY.register()
+class DnCNN(nn.Module):
+    """DnCNN denoiser (Zhang et al. 2017), optionally spectrally normalised (Ryu et al. 2019).
+
+    ``depth`` convolutions: conv-ReLU, (depth-2) x conv[-BN]-ReLU, conv. With ``residual`` the
+    output is ``x - net(x)`` (the network predicts the noise). With ``spectral_norm`` every
+    convolution is bounded by ``lipschitz ** (1 / depth)`` as an operator, so the noise branch
+    ``net`` is ``lipschitz``-Lipschitz (ReLU is 1-Lipschitz); this is what makes MCNet's
+    fixed-point map well behaved. Layer indices in ``self.dncnn`` follow the common DnCNN layout,
+    so state dicts of the MCNet authors' DnCNN6 and of Ryu et al.'s DnCNN17 map by name
+    (see :func:`convert_dncnn_state_dict`).
+
+    Args:
+        num_in_ch (int): Input (= output) channels. Default: 1.
+        num_feat (int): Channel number of intermediate features. Default: 64.
+        depth (int): Number of convolutions. Default: 6 (MCNet's DnCNN6; 17 for classic DnCNN).
+        bias (bool): Convolutions with bias. Default: False.
+        batch_norm (bool): BatchNorm after the middle convolutions. Default: False.
+        residual (bool): Output ``x - net(x)``. Default: True.
+        spectral_norm (bool): Bound each convolution's operator norm. Default: True.
+        lipschitz (float): Bound on the Lipschitz constant of the noise branch. Default: 0.9.
+        sn_grid (int): Grid size of the power iteration. Default: 32.
+        sn_iters_train (int): Power iterations per forward in training mode. Default: 1.
+        sn_iters_eval (int): Maximum power iterations per forward in eval mode (warm-started,
+            stop at 1e-5 relative change). Default: 50.
+    """
+
+    def __init__(self,
+                 num_in_ch=1,
+                 num_feat=64,
+                 depth=6,
+                 bias=False,
+                 batch_norm=False,
+                 residual=True,
+                 spectral_norm=True,
+                 lipschitz=0.9,
+                 sn_grid=32,
+                 sn_iters_train=1,
+                 sn_iters_eval=50):
+        super().__init__()
+        if depth < 2:
+            raise ValueError(f'DnCNN depth must be >= 2, got {depth}.')
+        if spectral_norm and batch_norm:
+            raise ValueError('spectral_norm bounds convolutions only; BatchNorm would break the bound. '
+                             'Use spectral_norm=False with batch_norm=True (classic DnCNN).')
+        if spectral_norm and not 0 < lipschitz:
+            raise ValueError(f'lipschitz must be positive, got {lipschitz}.')
+        self.residual = residual
+        self.spectral_norm = spectral_norm
+        self.lipschitz = lipschitz
+        self.sn_iters_train = sn_iters_train
+        self.sn_iters_eval = sn_iters_eval
+        # When False, the owner (e.g. MCNetArch) calls update_spectral_norm() itself, once per
+        # solve, so that the operator does not change between fixed-point iterations.
+        self.auto_update_spectral_norm = True
+        per_layer = lipschitz**(1.0 / depth)
+
+        def conv(cin, cout):
+            if spectral_norm:
+                return _SpectralNormConv2d(cin, cout, 3, bias, per_layer, sn_grid)
+            return nn.Conv2d(cin, cout, 3, padding=1, bias=bias)
+
+        layers = [conv(num_in_ch, num_feat), nn.ReLU(inplace=True)]
+        for _ in range(depth - 2):
+            layers.append(conv(num_feat, num_feat))
+            if batch_norm:
+                layers.append(nn.BatchNorm2d(num_feat))
+            layers.append(nn.ReLU(inplace=True))
+        layers.append(conv(num_feat, num_in_ch))
+        self.dncnn = nn.Sequential(*layers)
+        for m in self.dncnn:
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, nonlinearity='relu')
+                m.weight.data.mul_(0.5)  # start inside the bound rather than on it
+        if spectral_norm:
+            self.update_spectral_norm(max_iter=100, tol=1e-6)
+
+    def sn_convs(self):
+        return [m for m in self.dncnn if isinstance(m, _SpectralNormConv2d)]
+
+    @torch.no_grad()
+    def update_spectral_norm(self, max_iter=None, tol=None):
+        """Power iteration on every convolution (warm-started from the stored vectors)."""
+        if max_iter is None:
+            max_iter, tol = (self.sn_iters_train, None) if self.training else (self.sn_iters_eval, 1e-5)
+        return [m.power_iteration(max_iter, tol) for m in self.sn_convs()]
+
+    def layer_bounds(self):
+        """Per-convolution (estimated operator norm, effective norm after the bound)."""
+        out = []
+        for m in self.sn_convs():
+            s = float(m.sn_sigma)
+            out.append((s, min(s, m.bound)))
+        return out
+
+    def noise(self, x):
+        return self.dncnn(x)
+
+    def forward(self, x):
+        if self.spectral_norm and self.auto_update_spectral_norm:
+            self.update_spectral_norm()
+        n = self.dncnn(x)
+        return x - n if self.residual else n
+
+
+def convert_dncnn_state_dict(state_dict):
+    """Map DnCNN checkpoints of other layouts onto :class:`DnCNN`'s keys.
+
+    Accepts our own (``dncnn.<i>.weight``), BasicSR checkpoints (``params`` / ``params_ema``),
+    the MCNet authors' DnCNN6 (``dncnn.<i>.{weight_orig, weight, weight_u}``, ``weight`` being
+    the already-normalised kernel, optionally under ``f.dncnn.`` in their trained layers) and
+    Ryu et al.'s DnCNN17 (``module.dncnn.<i>.*`` with BatchNorm). Returns a plain state dict with
+    ``dncnn.*`` keys (power-iteration buffers are recomputed by the arch).
+    """
+    for key in ('params_ema', 'params', 'state_dict', 'model'):
+        if isinstance(state_dict.get(key), dict):
+            state_dict = state_dict[key]
+            break
+    out = {}
+    for k, v in state_dict.items():
+        if not torch.is_tensor(v):
+            continue
+        k = k.replace('module.', '', 1) if k.startswith('module.') else k
+        idx = k.find('dncnn.')
+        if idx < 0:
+            continue
+        k = k[idx:]
+        while k.startswith('dncnn.dncnn.'):
+            k = k[len('dncnn.'):]
+        if k.endswith(('.weight_orig', '.weight_u', '.weight_v')) or '.sn_' in k:
+            continue
+        out[k] = v
+    if not out:
+        raise KeyError(f'No DnCNN weights (keys containing "dncnn.") in this checkpoint; keys: {list(state_dict)[:8]}...')
+    return out
+
+
+def load_dncnn(net, path):
+    """Load a DnCNN checkpoint of any layout :func:`convert_dncnn_state_dict` knows, strictly."""
+    state = torch.load(path, map_location='cpu', weights_only=False)
+    sd = convert_dncnn_state_dict(state)
+    missing, unexpected = net.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if '.sn_' not in k]
+    if missing or unexpected:
+        raise KeyError(f'{path}: checkpoint does not fit DnCNN(depth={sum(isinstance(m, nn.Conv2d) for m in net.dncnn)}): '
+                       f'missing {missing}, unexpected {unexpected}.')
+    if net.spectral_norm:
+        net.update_spectral_norm(max_iter=200, tol=1e-7)
+    return net
+
+
+def jacobian_spectral_norm(fn, x, iters=30, seed=0):
+    """Largest singular value of the Jacobian of ``fn`` at ``x`` (power iteration on J^T J).
+
+    A local Lipschitz estimate for a denoiser or a fixed-point map; uses forward- and
+    reverse-mode products from ``torch.func`` so no Jacobian is formed.
+    """
+    g = torch.Generator(device='cpu').manual_seed(seed)
+    v = torch.randn(x.shape, generator=g).to(x)
+    v = v / v.norm()
+    _, vjp_fn = torch.func.vjp(fn, x)
+    sigma = torch.zeros((), dtype=x.dtype, device=x.device)
+    for _ in range(iters):
+        _, jv = torch.func.jvp(fn, (x, ), (v, ))
+        (jtjv, ) = vjp_fn(jv)
+        sigma = jv.norm()
+        v = jtjv / jtjv.norm().clamp_min(1e-30)
+    return float(sigma.detach())

@@ -1,0 +1,233 @@
+import math
+from copy import deepcopy
+
+import torch
+from basicsr.archs import build_network
+from basicsr.utils import get_root_logger
+from basicsr.utils.registry import ARCH_REGISTRY
+from torch import nn
+
+from mcnet_basicsr.deq import SolverConfig, implicit_fixed_point
+from mcnet_basicsr.ops import build_operator, eps_from_rms, imresize
+from mcnet_basicsr.utils.color import rgb_to_ycbcr, ycbcr_to_rgb
+
+from .dncnn_arch import DnCNN, load_dncnn
+
+_DTYPES = {None: None, 'fp32': None, 'float32': None, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16,
+           'fp16': torch.float16, 'float16': torch.float16}
+
+
+def load_backbone_weights(net, path, param_key='params', strict=True):
+    """Load a BasicSR-style checkpoint (``{param_key: state_dict}``) or a bare state dict."""
+    state = torch.load(path, map_location='cpu', weights_only=False)
+    if isinstance(state, dict) and param_key is not None and param_key in state:
+        state = state[param_key]
+    elif isinstance(state, dict) and param_key is not None and any(isinstance(v, dict) for v in state.values()):
+        raise KeyError(f'{path}: no key {param_key!r} (backbone_param_key); top-level keys: {list(state)}.')
+    state = {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
+    net.load_state_dict(state, strict=strict)
+    return net
+
+
+class _Frozen:
+    """Holds a module outside the parent's module tree.
+
+    The frozen backbone must not appear in ``parameters()`` (the optimizer, DDP and EMA would
+    see it) nor in ``state_dict()`` (checkpoints store only what MCNet learns; the backbone is
+    loaded from its own path). MCNetArch forwards device/dtype moves to it in ``_apply``.
+    """
+
+    def __init__(self, module):
+        self.module = module
+
+
+@ARCH_REGISTRY.register()
+class MCNetArch(nn.Module):
+    """MCNet: a frozen SR backbone followed by a measurement-consistent implicit layer.
+
+    Given LR ``b`` and the backbone's estimate ``w`` (Y channel), the layer returns the fixed
+    point of PnP-ADMM for ``min_x f(x) + beta/2 ||x - w||^2  s.t.  ||A x - b||_2 <= eps`` with
+    ``prox_f`` replaced by a denoiser R. On ``z = (x, lam)``, with ``rho > 0``::
+
+        u = R(x + lam);  x+ = P_S[(beta w + rho (u - lam)) / (beta + rho)];  lam+ = lam + x+ - u
+
+    started from ``x0 = P_S(w)``, ``lam0 = 0``. The output ``x*`` comes from one final
+    application of the map, so it ends with the exact projection ``P_S``: ``||A x* - b|| <= eps``
+    holds up to rounding whatever the solver did. Forward solve: Anderson without graph; backward:
+    implicit function theorem (``mcnet_basicsr.deq``). Learned: the denoiser and ``beta > 0``
+    (stored as ``log_beta``).
+
+    RGB input: the layer works on Y (BT.601, as BasicSR's metrics), Cb/Cr come from the backbone
+    (RGB backbones) or from the MATLAB-bicubic-upsampled LR (Y backbones such as SRCNN). One-
+    channel input is treated as Y throughout and the output is Y.
+
+    Args:
+        backbone (dict): BasicSR ``network_g``-style options of the frozen SR network.
+        operator (dict): Measurement operator options, e.g. ``{type: bicubic, scale: 2}``.
+        backbone_path (str | None): Checkpoint of the backbone. Default: None (random weights).
+        backbone_param_key (str): Key of the state dict in that checkpoint. Default: 'params'.
+        backbone_input (str): 'lr' (the LR image) or 'upsampled' (MATLAB-bicubic upsampled LR,
+            as SRCNN expects). Default: 'lr'.
+        backbone_channels (int): 3 (RGB in/out) or 1 (Y in/out). Default: 3.
+        backbone_dtype (str | None): Autocast dtype for the backbone on CUDA ('bf16'/'fp16').
+            Default: None (float32).
+        eps (float | None): Radius of the consistency ball ``||A x - b||_2 <= eps`` (Y in [0,1],
+            per image). Default: None.
+        eps_rms (float | None): The same per LR pixel: ``eps = eps_rms * sqrt(#LR pixels)``.
+            Give at most one of ``eps``/``eps_rms``; neither means exact consistency (eps = 0).
+        rho (float): ADMM penalty, > 0. Default: 1.0.
+        beta_init (float): Initial ``beta`` (> 0). Default: 0.01.
+        learn_beta (bool): Train ``beta``. Default: True.
+        denoiser (dict | None): Options of :class:`DnCNN`. Default: DnCNN6 (64 ch, no bias, no BN,
+            residual, spectrally normalised).
+        denoiser_path (str | None): Denoiser checkpoint (any layout ``load_dncnn`` accepts).
+        solver (dict | None): ``{forward: {...}, backward: {...}}`` SolverConfig options;
+            backward defaults to forward. Change at test time with :meth:`set_solver`.
+    """
+
+    def __init__(self,
+                 backbone,
+                 operator,
+                 backbone_path=None,
+                 backbone_param_key='params',
+                 backbone_input='lr',
+                 backbone_channels=3,
+                 backbone_dtype=None,
+                 eps=None,
+                 eps_rms=None,
+                 rho=1.0,
+                 beta_init=0.01,
+                 learn_beta=True,
+                 denoiser=None,
+                 denoiser_path=None,
+                 solver=None):
+        super().__init__()
+        if backbone_input not in ('lr', 'upsampled'):
+            raise ValueError(f"backbone_input must be 'lr' or 'upsampled', got {backbone_input!r}.")
+        if backbone_channels not in (1, 3):
+            raise ValueError(f'backbone_channels must be 1 or 3, got {backbone_channels}.')
+        if backbone_dtype not in _DTYPES:
+            raise ValueError(f'backbone_dtype must be one of {sorted(k for k in _DTYPES if k)}, got {backbone_dtype!r}.')
+        if eps is not None and eps_rms is not None:
+            raise ValueError('Give either eps or eps_rms, not both.')
+        for name, value in (('eps', eps), ('eps_rms', eps_rms)):
+            if value is not None and value < 0:
+                raise ValueError(f'{name} must be >= 0, got {value}.')
+        if not rho > 0:
+            raise ValueError(f'rho must be > 0, got {rho}.')
+        if not beta_init > 0:
+            raise ValueError(f'beta_init must be > 0, got {beta_init}.')
+
+        net = build_network(deepcopy(backbone))
+        if backbone_path is not None:
+            load_backbone_weights(net, backbone_path, backbone_param_key)
+        elif backbone_path is None:
+            get_root_logger().warning('MCNetArch: no backbone_path given; the backbone keeps its initial weights.')
+        net.eval()
+        for p in net.parameters():
+            p.requires_grad_(False)
+        self._backbone = _Frozen(net)
+        self.backbone_input = backbone_input
+        self.backbone_channels = backbone_channels
+        self.backbone_dtype = _DTYPES[backbone_dtype]
+
+        self.operator = build_operator(dict(operator))
+        self.scale = self.operator.scale
+        self.eps = eps
+        self.eps_rms = eps_rms
+        self.rho = float(rho)
+        self.log_beta = nn.Parameter(torch.tensor(math.log(beta_init)), requires_grad=learn_beta)
+
+        self.denoiser = DnCNN(**(denoiser or {}))
+        if denoiser_path is not None:
+            load_dncnn(self.denoiser, denoiser_path)
+        self.denoiser.auto_update_spectral_norm = False  # updated once per solve, see forward
+        self.set_solver(**(solver or {}))
+        self.last_stats = None
+
+    # ------------------------------------------------------------------ configuration
+    @property
+    def backbone(self):
+        return self._backbone.module
+
+    @property
+    def beta(self):
+        return self.log_beta.exp()
+
+    def set_solver(self, forward=None, backward=None):
+        """Replace solver settings (e.g. more test-time iterations) without touching weights."""
+        self.forward_solver = SolverConfig.from_dict(forward or {})
+        self.backward_solver = SolverConfig.from_dict(backward) if backward else self.forward_solver
+
+    def _apply(self, fn, *args, **kwargs):
+        super()._apply(fn, *args, **kwargs)
+        self._backbone.module._apply(fn, *args, **kwargs)
+        return self
+
+    def extra_repr(self):
+        eps = f'eps_rms={self.eps_rms}' if self.eps_rms is not None else f'eps={self.eps or 0.0}'
+        return (f'scale={self.scale}, operator={self.operator!r}, {eps}, rho={self.rho}, '
+                f'backbone={type(self.backbone).__name__} (frozen, not in state_dict)')
+
+    # ------------------------------------------------------------------ pieces
+    def consistency_radius(self, b):
+        """Per-sample eps for LR measurements ``b`` (N, C, h, w)."""
+        if self.eps_rms is not None:
+            return eps_from_rms(self.eps_rms, b[0].numel())
+        return float(self.eps or 0.0)
+
+    @torch.no_grad()
+    def run_backbone(self, lr):
+        """Backbone estimate at HR size: (Y, CbCr or None) from LR in [0, 1]."""
+        rgb = lr.shape[1] == 3
+        if rgb and self.backbone_channels == 1:
+            ycbcr_lr = rgb_to_ycbcr(lr)
+            net_in = ycbcr_lr[:, :1]
+        else:
+            net_in = lr
+        if self.backbone_input == 'upsampled':
+            net_in = imresize(net_in, self.scale)
+        with torch.autocast(lr.device.type, dtype=self.backbone_dtype or torch.float32,
+                            enabled=self.backbone_dtype is not None and lr.device.type == 'cuda'):
+            out = self.backbone(net_in)
+        out = out.to(lr.dtype)
+        if not rgb:
+            return out, None
+        if self.backbone_channels == 1:
+            return out, imresize(ycbcr_lr[:, 1:], self.scale)
+        ycbcr = rgb_to_ycbcr(out)
+        return ycbcr[:, :1], ycbcr[:, 1:]
+
+    def fixed_point_map(self, w, b, eps):
+        """F(z) for z = (x, lam) stacked on channels; closes over w, b and the parameters."""
+        beta, rho, c = self.beta, self.rho, w.shape[1]
+
+        def f(z):
+            x, lam = z[:, :c], z[:, c:]
+            u = self.denoiser(x + lam)
+            x_new = self.operator.project((beta * w + rho * (u - lam)) / (beta + rho), b, eps)
+            return torch.cat([x_new, lam + x_new - u], dim=1)
+
+        return f
+
+    def solve(self, w, b):
+        """The implicit layer alone: x* from the backbone estimate w and LR measurements b (Y)."""
+        eps = self.consistency_radius(b)
+        self.denoiser.update_spectral_norm()  # once per solve: F must not change while solving
+        with torch.no_grad():
+            x0 = self.operator.project(w, b, eps)
+        z0 = torch.cat([x0, torch.zeros_like(x0)], dim=1)
+        z, fwd_stats, bwd = implicit_fixed_point(self.fixed_point_map(w, b, eps), z0, self.forward_solver,
+                                                 self.backward_solver)
+        self.last_stats = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
+        return z[:, :w.shape[1]]
+
+    def forward(self, lr):
+        if lr.dim() != 4 or lr.shape[1] not in (1, 3):
+            raise ValueError(f'MCNetArch expects LR images (N, 1 or 3, h, w); got shape {tuple(lr.shape)}.')
+        w, cbcr = self.run_backbone(lr)
+        b = rgb_to_ycbcr(lr)[:, :1] if lr.shape[1] == 3 else lr
+        x = self.solve(w, b)
+        if cbcr is None:
+            return x
+        return ycbcr_to_rgb(torch.cat([x, cbcr], dim=1))

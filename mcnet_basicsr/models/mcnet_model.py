@@ -1,0 +1,125 @@
+from collections import OrderedDict
+
+import torch
+from basicsr.models.sr_model import SRModel
+from basicsr.utils import get_root_logger
+from basicsr.utils.registry import MODEL_REGISTRY
+
+from mcnet_basicsr.utils.color import rgb_to_ycbcr
+
+
+def build_optimizer(optim_type, params, lr, **kwargs):
+    """Any ``torch.optim`` optimizer by class name (BasicSR 1.4.2's factory knows only Adam)."""
+    cls = getattr(torch.optim, optim_type, None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        known = sorted(n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
+                       and issubclass(getattr(torch.optim, n), torch.optim.Optimizer) and n != 'Optimizer')
+        raise ValueError(f'Unsupported optimizer {optim_type!r}. Supported ones are: {", ".join(known)}.')
+    return cls(params, lr=lr, **kwargs)
+
+
+@MODEL_REGISTRY.register()
+class MCNetModel(SRModel):
+    """Trains the implicit layer of :class:`MCNetArch` with BasicSR's machinery.
+
+    Differences from SRModel (everything else, including EMA, schedulers, checkpoints, resume and
+    validation, is inherited):
+
+    * only the layer learns (the backbone is not a parameter of the arch); ``optim_g`` may carry
+      ``lr_beta`` to give ``beta`` its own learning rate, and ``type`` may be any torch.optim class;
+    * the pixel loss is taken on Y (``train.loss_channel: y``, default), where MCNet works; the
+      backbone's Cb/Cr carry no gradient and would only add a constant offset to an RGB loss;
+    * the log carries beta and the solver statistics (forward/backward iterations, residuals);
+    * validation also logs the float data fidelity ``||A x - b||_2`` (mean and max over the set),
+      computed before the output is quantised to uint8.
+    """
+
+    def init_training_settings(self):
+        self.loss_channel = self.opt['train'].get('loss_channel', 'y')
+        if self.loss_channel not in ('y', 'rgb'):
+            raise ValueError(f"train.loss_channel must be 'y' or 'rgb', got {self.loss_channel!r}.")
+        if not self.opt['train'].get('pixel_opt'):
+            raise ValueError('MCNetModel trains with a pixel loss: set train.pixel_opt (e.g. {type: MSELoss}).')
+        super().init_training_settings()
+
+    def get_optimizer(self, optim_type, params, lr, **kwargs):
+        return build_optimizer(optim_type, params, lr, **kwargs)
+
+    def setup_optimizers(self):
+        optim_opt = dict(self.opt['train']['optim_g'])  # copy: never pop from the user's options
+        optim_type = optim_opt.pop('type')
+        lr_beta = optim_opt.pop('lr_beta', None)
+        net = self.get_bare_model(self.net_g)
+        beta, others = [], []
+        for name, p in net.named_parameters():
+            if not p.requires_grad:
+                get_root_logger().warning(f'Params {name} will not be optimized.')
+            elif name == 'log_beta':
+                beta.append(p)
+            else:
+                others.append(p)
+        groups = [{'params': others}]
+        if beta:
+            groups.append({'params': beta, **({'lr': lr_beta} if lr_beta is not None else {})})
+        self.optimizer_g = self.get_optimizer(optim_type, groups, **optim_opt)
+        self.optimizers.append(self.optimizer_g)
+
+    def _loss_view(self, img):
+        if self.loss_channel == 'y' and img.shape[1] == 3:
+            return rgb_to_ycbcr(img)[:, :1]
+        return img
+
+    def optimize_parameters(self, current_iter):
+        self.optimizer_g.zero_grad()
+        self.output = self.net_g(self.lq)
+        loss_dict = OrderedDict()
+        l_pix = self.cri_pix(self._loss_view(self.output), self._loss_view(self.gt))
+        loss_dict['l_pix'] = l_pix
+        l_pix.backward()
+        self.optimizer_g.step()
+        self.log_dict = self.reduce_loss_dict(loss_dict)
+        self.log_dict.update(self._solver_log())
+        if self.ema_decay > 0:
+            self.model_ema(decay=self.ema_decay)
+
+    def _solver_log(self):
+        net = self.get_bare_model(self.net_g)
+        out = OrderedDict(beta=float(net.beta))
+        stats = net.last_stats
+        if stats is not None:
+            fwd = stats['forward']
+            out['fwd_iter'] = float(fwd.iterations.float().mean())
+            out['fwd_res'] = float(fwd.residual.max())
+            bwd = stats['backward'].stats
+            if bwd is not None:
+                out['bwd_iter'] = float(bwd.iterations.float().mean())
+                out['bwd_res'] = float(bwd.residual.max())
+        return out
+
+    def test(self):
+        super().test()
+        net = self.net_g_ema if hasattr(self, 'net_g_ema') else self.get_bare_model(self.net_g)
+        b = rgb_to_ycbcr(self.lq)[:, :1] if self.lq.shape[1] == 3 else self.lq
+        x = rgb_to_ycbcr(self.output)[:, :1] if self.output.shape[1] == 3 else self.output
+        fidelity = net.operator.residual_norm(x.double(), b.double())
+        if hasattr(self, '_val_fidelity'):
+            self._val_fidelity.extend(fidelity.tolist())
+        self.last_fidelity = fidelity
+
+    def nondist_validation(self, dataloader, current_iter, tb_logger, save_img):
+        self._val_fidelity = []
+        super().nondist_validation(dataloader, current_iter, tb_logger, save_img)
+        values = self._val_fidelity
+        del self._val_fidelity
+        if not values:
+            return
+        name = dataloader.dataset.opt['name']
+        mean, worst = sum(values) / len(values), max(values)
+        if not hasattr(self, 'fidelity_results'):
+            self.fidelity_results = {}
+        self.fidelity_results[name] = {'mean': mean, 'max': worst, 'per_image': values}
+        get_root_logger().info(f'Validation {name}: fidelity_float ||Ax-b||_2 (Y, [0,1]) '
+                               f'mean {mean:.3e}, max {worst:.3e} over {len(values)} images')
+        if tb_logger:
+            tb_logger.add_scalar(f'metrics/{name}/fidelity_float_mean', mean, current_iter)
+            tb_logger.add_scalar(f'metrics/{name}/fidelity_float_max', worst, current_iter)

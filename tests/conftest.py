@@ -1,0 +1,46 @@
+"""Shared pytest setup and fixtures.
+
+The torchvision alias basicsr 1.4.2 needs is installed by the same start-up hook the package
+uses, so a test may import basicsr before (or without) importing mcnet_basicsr.
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED = REPO_ROOT.parent / 'shared'
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import mcnet_basicsr_hook  # noqa: E402
+
+mcnet_basicsr_hook.install_torchvision_alias()
+
+
+def shared_path(*parts):
+    """Path inside ../shared, or skip the test with the reason when it is not there."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f'needs {path} (../shared beside the repository: datasets and reference weights); absent here')
+    return path
+
+
+def sample_photo(name, size=None):
+    """A real photo that scikit-image ships (no download): uint8 HxWx3 RGB, centre-cropped to ``size``."""
+    from skimage import data
+    img = getattr(data, name)()
+    if img.ndim == 2:
+        img = np.repeat(img[:, :, None], 3, axis=2)
+    img = img[:, :, :3]
+    if size is not None:
+        h, w = (size, size) if isinstance(size, int) else size
+        top, left = (img.shape[0] - h) // 2, (img.shape[1] - w) // 2
+        img = img[top:top + h, left:left + w]
+    return np.ascontiguousarray(img)
+
+
+@pytest.fixture
+def shared():
+    return shared_path()

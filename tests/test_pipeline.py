@@ -1,0 +1,183 @@
+"""End-to-end: data preparation -> train_pipeline -> checkpoint -> auto-resume -> test_pipeline,
+through our entry points and through BasicSR's own scripts (opt-in autoload hook)."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import pytest
+import torch
+import yaml
+
+from conftest import REPO_ROOT, SHARED, sample_photo
+
+PHOTOS = {'astronaut': (96, 120), 'coffee': (96, 96), 'chelsea': (120, 96), 'rocket': (96, 108)}
+
+
+def run(args, cwd=None, env=None, check=True):
+    proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f'{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}')
+    return proc
+
+
+def load_option(name):
+    with open(REPO_ROOT / 'options' / name) as f:
+        return yaml.safe_load(f)
+
+
+def dump_option(opt, path):
+    with open(path, 'w') as f:
+        yaml.safe_dump(opt, f, sort_keys=False)
+    return str(path)
+
+
+@pytest.fixture(scope='module')
+def workspace(tmp_path_factory):
+    """Tiny LMDB + eval folders made by scripts/prepare_datasets.py, a random SRCNN backbone."""
+    root = tmp_path_factory.mktemp('e2e')
+    hr_dir = root / 'src' / 'Photos' / 'HR'
+    hr_dir.mkdir(parents=True)
+    for name, size in PHOTOS.items():
+        cv2.imwrite(str(hr_dir / f'{name}.png'), cv2.cvtColor(sample_photo(name, size), cv2.COLOR_RGB2BGR))
+    run(['scripts/prepare_datasets.py', '--src', str(root / 'src'), '--root', str(root / 'datasets'), '--scales', '2',
+         '--train-sets', 'Photos', '--eval-sets', 'Photos', '--patch-size', '48', '--step', '48'], cwd=REPO_ROOT)
+    import mcnet_basicsr  # noqa: F401
+    from basicsr.archs import build_network
+    torch.manual_seed(0)
+    srcnn = build_network({'type': 'SRCNN', 'padding_mode': 'replicate'})
+    torch.save({'params': srcnn.state_dict()}, root / 'srcnn_x2.pth')
+    return root
+
+
+def tiny_train_option(ws, total_iter, name='e2e_mcnet_srcnn_x2'):
+    """options/train_mcnet_srcnn_x2.yml, shrunk to a CPU-sized run on the tiny data."""
+    opt = load_option('train_mcnet_srcnn_x2.yml')
+    opt['name'] = name
+    opt['num_gpu'] = 0
+    train = opt['datasets']['train']
+    train.update(dataroot_gt=str(ws / 'datasets/Photos/Photos_HR_sub_x2.lmdb'),
+                 dataroot_lq=str(ws / 'datasets/Photos/Photos_LR_sub_x2.lmdb'), gt_size=48, batch_size_per_gpu=2,
+                 num_worker_per_gpu=0, dataset_enlarge_ratio=1)
+    opt['datasets']['val'].update(dataroot_gt=str(ws / 'datasets/Photos/HR_mod2'),
+                                  dataroot_lq=str(ws / 'datasets/Photos/LR_bicubic/X2'))
+    net = opt['network_g']
+    net['backbone_path'] = str(ws / 'srcnn_x2.pth')
+    net['denoiser_path'] = None
+    net['solver'] = {'forward': {'tol': 1e-3, 'max_iter': 8}, 'backward': {'tol': 1e-2, 'max_iter': 6}}
+    opt['train'].update(total_iter=total_iter)
+    opt['train']['scheduler']['milestones'] = [total_iter]
+    opt['val']['val_freq'] = 2
+    opt['logger'].update(print_freq=1, save_checkpoint_freq=2, use_tb_logger=False)
+    return opt
+
+
+def tiny_test_option(ws, weights, name):
+    opt = load_option('test_mcnet_srcnn_x2.yml')
+    opt['name'] = name
+    opt['num_gpu'] = 0
+    opt['datasets'] = {'test_1': dict(opt['datasets']['test_1'], name='Photos',
+                                      dataroot_gt=str(ws / 'datasets/Photos/HR_mod2'),
+                                      dataroot_lq=str(ws / 'datasets/Photos/LR_bicubic/X2'))}
+    opt['network_g']['backbone_path'] = str(ws / 'srcnn_x2.pth')
+    opt['network_g']['solver'] = {'forward': {'tol': 1e-4, 'max_iter': 30}}
+    opt['path']['pretrain_network_g'] = str(weights)
+    return opt
+
+
+def newest_log(folder, prefix):
+    logs = sorted(Path(folder).glob(f'{prefix}_*.log'), key=os.path.getmtime)
+    assert logs, f'no {prefix}_*.log in {folder}'
+    return logs[-1].read_text()
+
+
+def in_process(module, ws, opt_path, *extra):
+    """Run our entry point with root_path = the workspace (not the repository)."""
+    code = (f'import sys; sys.argv = ["{module}", "-opt", {str(opt_path)!r}, *{list(extra)!r}]; '
+            f'from mcnet_basicsr.{module} import main; main(root_path={str(ws)!r})')
+    return run(['-c', code], cwd=REPO_ROOT)
+
+
+def test_train_checkpoint_resume_and_test(workspace):
+    ws = workspace
+    opt_path = dump_option(tiny_train_option(ws, total_iter=4), ws / 'train.yml')
+    in_process('train', ws, opt_path)
+    exp = ws / 'experiments' / 'e2e_mcnet_srcnn_x2'
+    ckpt = exp / 'models' / 'net_g_4.pth'
+    assert ckpt.is_file() and (exp / 'training_states' / '4.state').is_file()
+    params = torch.load(ckpt, map_location='cpu')['params']
+    assert 'log_beta' in params and any(k.startswith('denoiser.dncnn.') for k in params)
+    assert not any('backbone' in k or k.startswith('conv') for k in params), 'frozen backbone leaked into checkpoint'
+    log = newest_log(exp, 'train')
+    assert '# psnr:' in log and 'fidelity_float' in log and 'beta:' in log and 'fwd_iter:' in log
+
+    # --auto_resume on CPU: continues from iteration 4 instead of starting over
+    dump_option(tiny_train_option(ws, total_iter=6), opt_path)
+    in_process('train', ws, opt_path, '--auto_resume')
+    log = newest_log(exp, 'train')
+    assert 'Resuming training from epoch' in log and 'iter: 4.' in log
+    assert (exp / 'models' / 'net_g_6.pth').is_file()
+
+    # test_pipeline on the produced checkpoint writes PSNR/SSIM (and fidelities) to its log
+    test_path = dump_option(tiny_test_option(ws, exp / 'models' / 'net_g_latest.pth', 'e2e_test'), ws / 'test.yml')
+    in_process('test', ws, test_path)
+    log = newest_log(ws / 'results' / 'e2e_test', 'test')
+    for key in ('# psnr:', '# ssim:', '# fidelity:'):
+        assert key in log, key
+    line = next(ln for ln in log.splitlines() if 'fidelity_float' in ln)
+    worst = float(line.split('max ')[1].split()[0])
+    assert worst <= 1e-5, f'eps = 0 output not consistent: {line}'
+
+
+@pytest.mark.skipif(not (SHARED / 'datasets' / 'Set5').exists(), reason='needs ../shared/datasets/Set5')
+def test_test_pipeline_on_set5(workspace, tmp_path):
+    """test_pipeline over the real Set5 x2 (prepared from ../shared) with an untrained layer."""
+    ws = workspace
+    run(['scripts/prepare_datasets.py', '--src', str(SHARED / 'datasets'), '--root', str(tmp_path / 'datasets'),
+         '--scales', '2', '--eval-sets', 'Set5', '--train-sets'], cwd=REPO_ROOT)
+    import mcnet_basicsr  # noqa: F401
+    from basicsr.archs import build_network
+    net = build_network(tiny_train_option(ws, 1)['network_g'])
+    torch.save({'params': net.state_dict()}, tmp_path / 'layer.pth')
+    opt = tiny_test_option(ws, tmp_path / 'layer.pth', 'e2e_set5')
+    opt['datasets']['test_1'].update(name='Set5', dataroot_gt=str(tmp_path / 'datasets/Set5/HR_mod2'),
+                                     dataroot_lq=str(tmp_path / 'datasets/Set5/LR_bicubic/X2'))
+    in_process('test', ws, dump_option(opt, tmp_path / 'set5.yml'))
+    log = newest_log(ws / 'results' / 'e2e_set5', 'test')
+    psnr = float(log.split('# psnr: ')[1].split()[0])
+    assert 25.0 < psnr < 40.0, log[-2000:]
+
+
+def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
+    """A BasicSR checkout's basicsr/train.py and test.py run our option files once the hook is installed."""
+    import basicsr
+    ws = workspace
+    checkout = tmp_path / 'BasicSR'
+    (checkout / 'basicsr').mkdir(parents=True)
+    for script in ('train.py', 'test.py'):
+        shutil.copy(Path(basicsr.__file__).parent / script, checkout / 'basicsr' / script)
+    env = dict(os.environ, PYTHONUSERBASE=str(tmp_path / 'userbase'), PYTHONPATH=str(REPO_ROOT))
+    opt_path = dump_option(tiny_train_option(ws, total_iter=2, name='e2e_basicsr_script'), tmp_path / 'train.yml')
+
+    # without the hook, BasicSR 1.4.2 does not even import on this torchvision (nor know our types)
+    proc = run([str(checkout / 'basicsr' / 'train.py'), '-opt', opt_path], cwd=checkout, env=env, check=False)
+    assert proc.returncode != 0
+
+    run(['-m', 'mcnet_basicsr.autoload', 'install', '--user'], env=env)
+    # costs nothing to programs that never import basicsr: neither torch nor our package is loaded
+    proc = run(['-c', 'import sys; print(sorted(m for m in ("torch", "basicsr", "mcnet_basicsr") if m in sys.modules))'],
+               env=env)
+    assert proc.stdout.strip() == '[]'
+
+    run([str(checkout / 'basicsr' / 'train.py'), '-opt', opt_path], cwd=checkout, env=env)
+    models = checkout / 'experiments' / 'e2e_basicsr_script' / 'models'
+    assert (models / 'net_g_2.pth').is_file()
+    test_path = dump_option(tiny_test_option(ws, models / 'net_g_latest.pth', 'e2e_basicsr_test'), tmp_path / 't.yml')
+    run([str(checkout / 'basicsr' / 'test.py'), '-opt', test_path], cwd=checkout, env=env)
+    assert '# psnr:' in newest_log(checkout / 'results' / 'e2e_basicsr_test', 'test')
+
+    run(['-m', 'mcnet_basicsr.autoload', 'uninstall', '--user'], env=env)
+    proc = run([str(checkout / 'basicsr' / 'test.py'), '-opt', test_path], cwd=checkout, env=env, check=False)
+    assert proc.returncode != 0
