@@ -28,7 +28,8 @@ class _SpectralNormConv2d(nn.Conv2d):
         v = torch.randn(1, in_ch, sn_grid, sn_grid, generator=g)
         self.register_buffer('sn_v', v / v.norm())
         self.register_buffer('sn_u', torch.zeros(1, out_ch, sn_grid, sn_grid))
-        self.register_buffer('sn_sigma', torch.ones(()))
+        # 0 = not estimated yet: the first power iteration then runs to convergence
+        self.register_buffer('sn_sigma', torch.zeros(()))
 
     def _circular(self, x, kernel):
         p = kernel.shape[-1] // 2
@@ -43,6 +44,8 @@ class _SpectralNormConv2d(nn.Conv2d):
     @torch.no_grad()
     def power_iteration(self, max_iter=1, tol=None):
         """Refine (u, v) in place; stop early when sigma changes by less than ``tol`` (relative)."""
+        if float(self.sn_sigma) == 0:  # never estimated (fresh or randomly initialised layer)
+            max_iter, tol = max(max_iter, 200), 1e-5 if tol is None else tol
         w = self.weight.detach()
         v = self.sn_v.to(w.dtype)
         sigma_old = None
@@ -65,7 +68,13 @@ class _SpectralNormConv2d(nn.Conv2d):
         return (self.sn_u.to(self.weight.dtype) * self._apply_op(self.sn_v.to(self.weight.dtype), self.weight)).sum()
 
     def normalized_weight(self):
-        return self.weight * torch.clamp(self.bound / self.sigma(), max=1.0)
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            sigma = self.sigma()  # gradient flows through the normalisation
+        else:  # no graph needed (e.g. inside a fixed-point solve): the stored estimate, no extra conv
+            if float(self.sn_sigma) == 0:
+                raise RuntimeError('spectral norm not estimated yet: call power_iteration() (DnCNN does it in forward).')
+            sigma = self.sn_sigma.to(self.weight.dtype)
+        return self.weight * torch.clamp(self.bound / sigma, max=1.0)
 
     def forward(self, x):
         return F.conv2d(x, self.normalized_weight(), self.bias, padding=self.padding)
@@ -95,7 +104,8 @@ class DnCNN(nn.Module):
         sn_grid (int): Grid size of the power iteration. Default: 32.
         sn_iters_train (int): Power iterations per forward in training mode. Default: 1.
         sn_iters_eval (int): Maximum power iterations per forward in eval mode (warm-started,
-            stop at 1e-5 relative change). Default: 50.
+            stop at 1e-4 relative change). Default: 50. A layer never estimated before (fresh
+            weights) is iterated to convergence on its first use.
     """
 
     def __init__(self,
@@ -145,8 +155,6 @@ class DnCNN(nn.Module):
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, nonlinearity='relu')
                 m.weight.data.mul_(0.5)  # start inside the bound rather than on it
-        if spectral_norm:
-            self.update_spectral_norm(max_iter=100, tol=1e-6)
 
     def sn_convs(self):
         return [m for m in self.dncnn if isinstance(m, _SpectralNormConv2d)]
@@ -155,7 +163,7 @@ class DnCNN(nn.Module):
     def update_spectral_norm(self, max_iter=None, tol=None):
         """Power iteration on every convolution (warm-started from the stored vectors)."""
         if max_iter is None:
-            max_iter, tol = (self.sn_iters_train, None) if self.training else (self.sn_iters_eval, 1e-5)
+            max_iter, tol = (self.sn_iters_train, None) if self.training else (self.sn_iters_eval, 1e-4)
         return [m.power_iteration(max_iter, tol) for m in self.sn_convs()]
 
     def layer_bounds(self):
@@ -218,7 +226,8 @@ def load_dncnn(net, path):
         raise KeyError(f'{path}: checkpoint does not fit DnCNN(depth={sum(isinstance(m, nn.Conv2d) for m in net.dncnn)}): '
                        f'missing {missing}, unexpected {unexpected}.')
     if net.spectral_norm:
-        net.update_spectral_norm(max_iter=200, tol=1e-7)
+        for m in net.sn_convs():
+            m.sn_sigma.zero_()  # new weights: re-estimate from scratch on first use
     return net
 
 

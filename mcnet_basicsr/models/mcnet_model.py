@@ -84,7 +84,7 @@ class MCNetModel(SRModel):
 
     def _solver_log(self):
         net = self.get_bare_model(self.net_g)
-        out = OrderedDict(beta=float(net.beta))
+        out = OrderedDict(beta=float(net.beta.detach()))
         stats = net.last_stats
         if stats is not None:
             fwd = stats['forward']
