@@ -26,10 +26,15 @@ class _SpectralNormConv2d(nn.Conv2d):
         self.bound = bound
         g = torch.Generator().manual_seed(in_ch * 1000 + out_ch)
         v = torch.randn(1, in_ch, sn_grid, sn_grid, generator=g)
-        self.register_buffer('sn_v', v / v.norm())
-        self.register_buffer('sn_u', torch.zeros(1, out_ch, sn_grid, sn_grid))
-        # 0 = not estimated yet: the first power iteration then runs to convergence
-        self.register_buffer('sn_sigma', torch.zeros(()))
+        # Power-iteration state is not saved: it is cheap to re-estimate and would triple the size
+        # of a checkpoint. sn_sigma = 0 means "not estimated": the first use iterates to convergence.
+        self.register_buffer('sn_v', v / v.norm(), persistent=False)
+        self.register_buffer('sn_u', torch.zeros(1, out_ch, sn_grid, sn_grid), persistent=False)
+        self.register_buffer('sn_sigma', torch.zeros(()), persistent=False)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self.sn_sigma.zero_()  # new weights: the old estimate no longer applies
 
     def _circular(self, x, kernel):
         p = kernel.shape[-1] // 2
@@ -221,13 +226,9 @@ def load_dncnn(net, path):
     state = torch.load(path, map_location='cpu', weights_only=False)
     sd = convert_dncnn_state_dict(state)
     missing, unexpected = net.load_state_dict(sd, strict=False)
-    missing = [k for k in missing if '.sn_' not in k]
     if missing or unexpected:
         raise KeyError(f'{path}: checkpoint does not fit DnCNN(depth={sum(isinstance(m, nn.Conv2d) for m in net.dncnn)}): '
                        f'missing {missing}, unexpected {unexpected}.')
-    if net.spectral_norm:
-        for m in net.sn_convs():
-            m.sn_sigma.zero_()  # new weights: re-estimate from scratch on first use
     return net
 
 

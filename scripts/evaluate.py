@@ -1,0 +1,156 @@
+"""Evaluate BasicSR test option files under the project's protocol and write JSON records.
+
+Protocol (everywhere in this project): HR mod-cropped to the scale, LR = MATLAB bicubic then
+uint8 (scripts/prepare_datasets.py), output quantised to uint8 as BasicSR saves it, PSNR/SSIM on
+Y with BasicSR's ``calculate_psnr`` / ``calculate_ssim`` (crop_border = scale), and the data
+fidelity ||A x - b||_2 on Y in [0, 1] of the *float* output (mean and max over the set).
+
+    python scripts/evaluate.py -opt options/test_mcnet_srcnn_x2.yml --out results.json
+    python scripts/evaluate.py -opt options/test_mcnet_srcnn_x2.yml \
+        --set network_g.solver.forward.tol=1e-4 --set path.pretrain_network_g=~
+
+Each record: {"method", "backbone", "scale", "dataset", "psnr", "ssim", "fidelity",
+"fidelity_mean", "seconds_per_image", "iterations", "option", "device", "overrides"}.
+"""
+import argparse
+import json
+import os
+import os.path as osp
+import sys
+import time
+
+import cv2
+import numpy as np
+import torch
+import yaml
+from tqdm import tqdm
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), osp.pardir)))
+import mcnet_basicsr  # noqa: E402,F401
+from basicsr.archs import build_network  # noqa: E402
+from basicsr.metrics import calculate_psnr, calculate_ssim  # noqa: E402
+from basicsr.utils import img2tensor, tensor2img  # noqa: E402
+
+from mcnet_basicsr.ops import build_operator  # noqa: E402
+from mcnet_basicsr.utils.color import rgb_to_ycbcr  # noqa: E402
+
+IMG_EXT = ('.png', '.bmp', '.jpg', '.jpeg', '.tif', '.tiff')
+METHODS = {'MCNetArch': 'mcnet', 'Bicubic': 'bicubic', 'PnPADMM': 'pnp', 'TVTV': 'tvtv'}
+
+
+def set_by_path(opt, dotted, value):
+    keys = dotted.split('.')
+    node = opt
+    for k in keys[:-1]:
+        if not isinstance(node.get(k), dict):
+            node[k] = {}
+        node = node[k]
+    node[keys[-1]] = yaml.safe_load(value)
+
+
+def describe(net_opt):
+    """(method, backbone) labels of a network_g block."""
+    kind = net_opt['type']
+    if kind in METHODS:
+        backbone = net_opt.get('backbone', {}).get('type', 'none') if isinstance(net_opt.get('backbone'), dict) else 'none'
+        return METHODS[kind], backbone.lower()
+    return 'backbone', kind.lower()
+
+
+def load_weights(net, path_opt):
+    path = path_opt.get('pretrain_network_g')
+    if not path:
+        return
+    state = torch.load(path, map_location='cpu', weights_only=False)
+    key = path_opt.get('param_key_g', 'params')
+    if key in state:
+        state = state[key]
+    net.load_state_dict(state, strict=path_opt.get('strict_load_g', True))
+
+
+def read_rgb(path):
+    img = cv2.imread(path, cv2.IMREAD_COLOR)
+    if img is None:
+        raise ValueError(f'cannot read {path}')
+    return img.astype(np.float32) / 255.0  # BGR, as BasicSR's datasets
+
+
+def evaluate_option(opt, device, overrides=(), limit=None):
+    net = build_network(opt['network_g'])
+    load_weights(net, opt.get('path', {}))
+    net.eval().to(device)
+    scale = opt['scale']
+    op = build_operator({'type': 'bicubic', 'scale': scale})
+    method, backbone = describe(opt['network_g'])
+    records = []
+    for ds in opt['datasets'].values():
+        names = sorted(f for f in os.listdir(ds['dataroot_gt']) if f.lower().endswith(IMG_EXT))[:limit]
+        psnrs, ssims, fids, secs, iters = [], [], [], [], []
+        for name in tqdm(names, desc=f'{opt["name"]} {ds["name"]}', unit='img', leave=False):
+            gt = read_rgb(osp.join(ds['dataroot_gt'], name))
+            lq = img2tensor(read_rgb(osp.join(ds['dataroot_lq'], name)), bgr2rgb=True, float32=True)[None].to(device)
+            if device.type == 'cuda':
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = net(lq)
+            if device.type == 'cuda':
+                torch.cuda.synchronize()
+            secs.append(time.perf_counter() - t0)
+            sr_img = tensor2img([out.detach().cpu()])
+            gt_img = (gt * 255.0).round().astype(np.uint8)
+            psnrs.append(calculate_psnr(sr_img, gt_img, crop_border=scale, test_y_channel=True))
+            ssims.append(calculate_ssim(sr_img, gt_img, crop_border=scale, test_y_channel=True))
+            y = rgb_to_ycbcr(out.double())[:, :1] if out.shape[1] == 3 else out.double()
+            b = rgb_to_ycbcr(lq.double())[:, :1]
+            fids.append(float(op.residual_norm(y, b)[0]))
+            stats = getattr(net, 'last_stats', None)
+            if stats:
+                iters.append(float(stats['forward'].iterations.float().mean()))
+        records.append({
+            'method': method, 'backbone': backbone, 'scale': scale, 'dataset': ds['name'],
+            'psnr': float(np.mean(psnrs)), 'ssim': float(np.mean(ssims)), 'fidelity': float(np.max(fids)),
+            'fidelity_mean': float(np.mean(fids)), 'seconds_per_image': float(np.mean(secs[1:] or secs)),
+            'iterations': float(np.mean(iters)) if iters else None, 'images': len(names), 'option': opt['name'],
+            'device': torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
+            'overrides': list(overrides)})
+    return records
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('-opt', action='append', required=True, help='test option file (repeatable)')
+    parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                        help='override an option, dotted path, YAML value (repeatable)')
+    parser.add_argument('--datasets', nargs='*', help='only these dataset names')
+    parser.add_argument('--limit', type=int, help='first N images per dataset (quick runs)')
+    parser.add_argument('--device', default='auto', choices=['auto', 'cpu', 'cuda'])
+    parser.add_argument('--out', help='append records to this JSON list')
+    args = parser.parse_args(argv)
+    device = torch.device('cuda' if args.device == 'auto' and torch.cuda.is_available() else
+                          ('cpu' if args.device == 'auto' else args.device))
+    all_records = []
+    for path in args.opt:
+        with open(path) as f:
+            opt = yaml.safe_load(f)
+        for item in args.set:
+            if '=' not in item:
+                parser.error(f'--set takes KEY=VALUE, got {item!r}')
+            set_by_path(opt, *item.split('=', 1))
+        if args.datasets:
+            opt['datasets'] = {k: v for k, v in opt['datasets'].items() if v['name'] in args.datasets}
+        records = evaluate_option(opt, device, args.set, args.limit)
+        for r in records:
+            print(f"{r['option']:28s} {r['dataset']:6s} x{r['scale']}  PSNR {r['psnr']:.3f}  SSIM {r['ssim']:.4f}  "
+                  f"fid max {r['fidelity']:.2e}  {r['seconds_per_image'] * 1e3:.1f} ms/img  iters {r['iterations']}")
+        all_records += records
+    if args.out:
+        old = json.load(open(args.out)) if osp.exists(args.out) else []
+        with open(args.out + '.tmp', 'w') as f:
+            json.dump(old + all_records, f, indent=1)
+        os.replace(args.out + '.tmp', args.out)
+    return all_records
+
+
+if __name__ == '__main__':
+    main()
