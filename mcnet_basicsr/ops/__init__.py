@@ -1,0 +1,25 @@
+"""Measurement operators for MCNet: A (downsampling), its exact adjoint, and the exact projection
+onto the consistency set ``{x : ||A x - b||_2 <= eps}``.
+
+Plain torch + numpy (no basicsr import), so everything here works standalone::
+
+    from mcnet_basicsr.ops import build_operator
+    op = build_operator({'type': 'bicubic', 'scale': 4})
+    lr = op(hr)                      # MATLAB imresize(hr, 1/4), batched, differentiable
+    x = op.project(sr, lr, eps=0.0)  # closest image to sr whose downscaling is exactly lr
+
+Registered types: ``bicubic`` (:class:`MatlabBicubicDownsample`), ``box`` (:class:`BoxDownsample`),
+``gaussian`` (:class:`GaussianDownsample`). Add your own with ``@OPERATOR_REGISTRY.register('name')``
+on a :class:`SeparableDownsample` subclass.
+"""
+from .consistency import QUANTIZATION_EPS_RMS, eps_from_rms
+from .imresize import imresize
+from .operators import BoxDownsample, GaussianDownsample, MatlabBicubicDownsample, build_operator
+from .registry import OPERATOR_REGISTRY, OperatorRegistry, UnknownOperatorError
+from .separable import SeparableDownsample, solve_secular_equation
+
+__all__ = [
+    'build_operator', 'OPERATOR_REGISTRY', 'OperatorRegistry', 'UnknownOperatorError', 'imresize', 'eps_from_rms',
+    'QUANTIZATION_EPS_RMS', 'SeparableDownsample', 'MatlabBicubicDownsample', 'BoxDownsample', 'GaussianDownsample',
+    'solve_secular_equation'
+]

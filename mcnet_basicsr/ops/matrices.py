@@ -1,0 +1,136 @@
+"""1-D resampling matrices, built once in float64 numpy.
+
+Every operator here is separable: on an image X (H x W) it acts as ``M_h @ X @ M_w.T``, where
+``M`` (out_length x in_length) is the 1-D matrix of this module for that axis. Boundary handling
+is folded into ``M``: a tap that falls outside the signal is added onto the mirrored in-range
+pixel, so no padding is ever materialised and ``M.T`` is the exact adjoint including the border.
+
+The builders are ``lru_cache``d and return read-only arrays; callers convert (and cache) per
+dtype/device.
+"""
+import functools
+import math
+
+import numpy as np
+
+
+def symmetric_index(index, length):
+    """Map integer (0-based) indices onto ``[0, length)`` by half-sample symmetric reflection.
+
+    ``-1 -> 0, -2 -> 1, length -> length - 1, ...`` -- the edge pixel is repeated, as in MATLAB's
+    ``imresize`` (``aux = [1:n, n:-1:1]``) and in basicsr's symmetric copying. The reflection is
+    periodic with period ``2 * length``, so it is valid however far outside a tap falls (basicsr
+    itself would fail for images smaller than the kernel; this never does).
+    """
+    index = np.mod(np.asarray(index, dtype=np.int64), 2 * length)
+    return np.where(index >= length, 2 * length - 1 - index, index)
+
+
+def _fold_taps(rows, cols, weights, out_length, in_length):
+    """Scatter-add ``weights`` at ``(rows, symmetric(cols))`` into a dense float64 matrix."""
+    matrix = np.zeros((out_length, in_length), dtype=np.float64)
+    np.add.at(matrix, (rows, symmetric_index(cols, in_length)), weights)
+    matrix.flags.writeable = False
+    return matrix
+
+
+def cubic_kernel(x):
+    """Keys cubic convolution kernel with a = -0.5 (MATLAB's and basicsr's ``cubic``)."""
+    absx = np.abs(x)
+    absx2 = absx * absx
+    absx3 = absx2 * absx
+    inner = (1.5 * absx3 - 2.5 * absx2 + 1.0) * (absx <= 1)
+    outer = (-0.5 * absx3 + 2.5 * absx2 - 4.0 * absx + 2.0) * ((absx > 1) & (absx <= 2))
+    return inner + outer
+
+
+@functools.lru_cache(maxsize=256)
+def matlab_bicubic_matrix(in_length, out_length, scale, antialiasing=True):
+    """Matrix of MATLAB ``imresize(..., 'bicubic')`` along one axis: shape (out_length, in_length).
+
+    Follows MATLAB's ``contributions`` (and basicsr's ``calculate_weights_indices``) step by step:
+    output pixel ``k`` (1-based) maps to input coordinate ``u = k / scale + (1 - 1 / scale) / 2``;
+    when downscaling with antialiasing the kernel is stretched to width ``4 / scale`` and becomes
+    ``scale * cubic(scale * d)``; the ``ceil(width) + 2`` taps starting at ``floor(u - width / 2)``
+    are weighted, each row is normalised to sum 1, and out-of-range taps are mirrored
+    symmetrically. MATLAB/basicsr drop all-zero leading/trailing weight columns only to shorten
+    their padding; the same is done here, although with the mirror folded into the matrix it
+    cannot change a single entry. Everything is float64 (basicsr computes the weights in
+    float32, hence differences of order 1e-7 against it).
+
+    Args:
+        in_length, out_length (int): axis lengths.
+        scale (float): output/input scale, e.g. ``1 / 3`` to downscale by 3, ``2`` to upscale.
+        antialiasing (bool): widen the kernel when ``scale < 1`` (MATLAB's default).
+    """
+    in_length, out_length, scale = int(in_length), int(out_length), float(scale)
+    if in_length < 1 or out_length < 1 or not scale > 0:
+        raise ValueError(f'bad resize: in_length={in_length}, out_length={out_length}, scale={scale}')
+    stretch = scale < 1 and antialiasing
+    kernel_width = 4.0 / scale if stretch else 4.0
+
+    x = np.arange(1, out_length + 1, dtype=np.float64)
+    u = x / scale + 0.5 * (1.0 - 1.0 / scale)
+    left = np.floor(u - kernel_width / 2.0)
+    taps = math.ceil(kernel_width) + 2
+    indices = left[:, None] + np.arange(taps, dtype=np.float64)[None, :]  # 1-based
+    distance = u[:, None] - indices
+    if stretch:
+        weights = scale * cubic_kernel(distance * scale)
+    else:
+        weights = cubic_kernel(distance)
+    weights = weights / weights.sum(axis=1, keepdims=True)
+
+    # Drop all-zero first/last weight columns (MATLAB: ``kill = find(~any(weights, 1))`` on the ends).
+    keep = np.ones(taps, dtype=bool)
+    if not weights[:, 0].any():
+        keep[0] = False
+    if not weights[:, -1].any():
+        keep[-1] = False
+    weights, indices = weights[:, keep], indices[:, keep]
+
+    rows = np.repeat(np.arange(out_length), weights.shape[1])
+    cols = indices.astype(np.int64).ravel() - 1  # to 0-based
+    return _fold_taps(rows, cols, weights.ravel(), out_length, in_length)
+
+
+def _check_divisible(length, scale):
+    if length % scale:
+        raise ValueError(f'axis length {length} is not divisible by scale {scale} '
+                         '(callers mod-crop to a multiple of the scale)')
+
+
+@functools.lru_cache(maxsize=256)
+def box_matrix(in_length, scale):
+    """Block averaging by an integer ``scale``: row i averages input pixels ``[i*s, (i+1)*s)``."""
+    in_length, scale = int(in_length), int(scale)
+    _check_divisible(in_length, scale)
+    out_length = in_length // scale
+    rows = np.repeat(np.arange(out_length), scale)
+    cols = np.arange(in_length)
+    return _fold_taps(rows, cols, np.full(in_length, 1.0 / scale), out_length, in_length)
+
+
+def gaussian_taps(sigma, kernel_size):
+    """Normalised, truncated 1-D Gaussian taps (odd ``kernel_size``), centred at index ``kernel_size // 2``."""
+    offsets = np.arange(kernel_size, dtype=np.float64) - kernel_size // 2
+    taps = np.exp(-0.5 * (offsets / sigma) ** 2)
+    return taps / taps.sum()
+
+
+@functools.lru_cache(maxsize=256)
+def gaussian_matrix(in_length, scale, sigma, kernel_size, offset=0):
+    """Gaussian blur (symmetric boundary) followed by keeping every ``scale``-th pixel.
+
+    Output pixel ``i`` is the blurred input at pixel ``i * scale + offset`` (0-based), i.e.
+    ``offset=0`` keeps the top-left pixel of every ``scale x scale`` block, like
+    ``blurred[..., offset::scale, offset::scale]``.
+    """
+    in_length, scale, kernel_size, offset = int(in_length), int(scale), int(kernel_size), int(offset)
+    _check_divisible(in_length, scale)
+    out_length = in_length // scale
+    taps = gaussian_taps(float(sigma), kernel_size)
+    centres = np.arange(out_length) * scale + offset
+    cols = centres[:, None] + (np.arange(kernel_size) - kernel_size // 2)[None, :]
+    rows = np.repeat(np.arange(out_length), kernel_size)
+    return _fold_taps(rows, cols.ravel(), np.tile(taps, out_length), out_length, in_length)

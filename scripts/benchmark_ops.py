@@ -1,0 +1,164 @@
+"""Time the measurement operators (A, A^T, exact projection) against basicsr's MATLAB imresize.
+
+For each device (CPU, and CUDA when available), input shape and scale, prints one markdown table
+row with median wall-clock times over ``--repeats`` runs (after warm-up, so the per-size
+eigendecomposition is cached; its one-off cost is the "first project" column):
+
+    python scripts/benchmark_ops.py                       # defaults: 1x1x1024x1024 and 16x1x96x96, x2 and x4
+    python scripts/benchmark_ops.py --devices cpu --out docs/benchmarks_ops.md
+    python scripts/benchmark_ops.py --shapes 1x3x512x512 --scales 3 --dtype float64
+
+basicsr's ``imresize`` (a Python loop over output rows/columns, float32, one image at a time) is
+timed on the same downscale, on CPU, looping over the batch as a data pipeline would.
+"""
+import argparse
+import os.path as osp
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), osp.pardir)))
+try:  # basicsr 1.4.2 imports a module torchvision removed in 0.17
+    import torchvision.transforms.functional_tensor  # noqa: F401
+except ImportError:
+    import torchvision.transforms.functional as _functional
+    sys.modules.setdefault('torchvision.transforms.functional_tensor', _functional)
+
+from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_operator, eps_from_rms  # noqa: E402
+
+
+def parse_shape(text):
+    parts = [int(p) for p in text.lower().split('x')]
+    if len(parts) != 4:
+        raise argparse.ArgumentTypeError(f'shape must be NxCxHxW, got {text!r}')
+    return tuple(parts)
+
+
+def timeit(fn, device, repeats, warmup=2):
+    """Median wall-clock milliseconds of ``fn()`` (CUDA-synchronised)."""
+    for _ in range(warmup):
+        fn()
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        if device.type == 'cuda':
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def first_call_ms(fn, device):
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    fn()
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) * 1e3
+
+
+def bench_basicsr(shape, scale, repeats):
+    from basicsr.utils.matlab_functions import imresize as basicsr_imresize
+    n, c, h, w = shape
+    imgs = np.random.default_rng(0).random((n, h, w, c))
+
+    def run():
+        for img in imgs:
+            basicsr_imresize(img, 1 / scale)
+
+    return timeit(run, torch.device('cpu'), max(1, repeats // 4), warmup=1)
+
+
+def bench(op_type, shape, scale, device, dtype, repeats, with_basicsr):
+    op = build_operator({'type': op_type, 'scale': scale})
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+    b = op(torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype))
+    eps = eps_from_rms(QUANTIZATION_EPS_RMS, b[0].numel())
+    row = {'first_project': first_call_ms(lambda: op.project(x, b, 0.0), device)}
+    row['forward'] = timeit(lambda: op(x), device, repeats)
+    row['adjoint'] = timeit(lambda: op.adjoint(b), device, repeats)
+    row['project0'] = timeit(lambda: op.project(x, b, 0.0), device, repeats)
+    row['project_eps'] = timeit(lambda: op.project(x, b, eps), device, repeats)
+    row['basicsr'] = bench_basicsr(shape, scale, repeats) if with_basicsr else None
+    return row
+
+
+def fmt(ms):
+    if ms is None:
+        return '-'
+    return f'{ms:.3g}' if ms < 100 else f'{ms:.0f}'
+
+
+def machine_note(devices):
+    cpu = platform.processor() or platform.machine()
+    note = [f'torch {torch.__version__}, {torch.get_num_threads()} CPU threads ({cpu})']
+    for device in devices:
+        if device.type == 'cuda':
+            note.append(torch.cuda.get_device_name(device))
+    return '; '.join(note)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--shapes', nargs='+', type=parse_shape, default=[(1, 1, 1024, 1024), (16, 1, 96, 96)])
+    parser.add_argument('--scales', nargs='+', type=int, default=[2, 4])
+    parser.add_argument('--types', nargs='+', default=['bicubic'], help='registered operator types')
+    parser.add_argument('--devices', nargs='+', default=None, help='default: cpu, plus cuda if available')
+    parser.add_argument('--dtype', default='float32', choices=['float32', 'float64'])
+    parser.add_argument('--repeats', type=int, default=20)
+    parser.add_argument('--threads', type=int, default=None, help='torch CPU threads (default: torch default)')
+    parser.add_argument('--no-basicsr', action='store_true', help='skip the basicsr imresize column')
+    parser.add_argument('--note', default='', help='free text appended to the machine line')
+    parser.add_argument('--out', default=None, help='append the table to this markdown file (created if missing)')
+    parser.add_argument('--overwrite', action='store_true', help='with --out: replace the file instead of appending')
+    args = parser.parse_args()
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    devices = [torch.device(d) for d in (args.devices or (['cpu', 'cuda'] if torch.cuda.is_available() else ['cpu']))]
+    dtype = getattr(torch, args.dtype)
+
+    lines = [
+        f'Machine: {machine_note(devices)}{"; " + args.note if args.note else ""}. '
+        f'{args.dtype}, median of {args.repeats} runs, milliseconds. "first project" includes building the '
+        'matrices and the per-axis eigendecompositions (cached afterwards); eps > 0 uses '
+        'eps_from_rms(QUANTIZATION_EPS_RMS). basicsr = `basicsr.utils.matlab_functions.imresize` '
+        '(CPU, float32, looped over the batch).',
+        '',
+        '| device | type | input (NxCxHxW) | scale | A x | A^T y | project eps=0 | project eps>0 | first project '
+        '| basicsr imresize |',
+        '|---|---|---|---|---|---|---|---|---|---|',
+    ]
+    print('\n'.join(lines), flush=True)
+    for device in devices:
+        for op_type in args.types:
+            for shape in args.shapes:
+                for scale in args.scales:
+                    if shape[2] % scale or shape[3] % scale:
+                        print(f'skipping {shape} at scale {scale} (not divisible)', file=sys.stderr)
+                        continue
+                    with_basicsr = (not args.no_basicsr and device.type == 'cpu' and op_type == 'bicubic')
+                    r = bench(op_type, shape, scale, device, dtype, args.repeats, with_basicsr)
+                    line = (f'| {device.type} | {op_type} | {"x".join(map(str, shape))} | x{scale} | '
+                            f'{fmt(r["forward"])} | {fmt(r["adjoint"])} | {fmt(r["project0"])} | '
+                            f'{fmt(r["project_eps"])} | {fmt(r["first_project"])} | {fmt(r["basicsr"])} |')
+                    print(line, flush=True)
+                    lines.append(line)
+
+    if args.out:
+        mode = 'w' if args.overwrite or not osp.exists(args.out) else 'a'
+        with open(args.out, mode) as f:
+            f.write(('\n' if mode == 'a' else '') + '\n'.join(lines) + '\n')
+        print(f'{"wrote" if mode == "w" else "appended to"} {args.out}', file=sys.stderr)
+
+
+if __name__ == '__main__':
+    main()
