@@ -45,7 +45,13 @@ def set_by_path(opt, dotted, value):
         if not isinstance(node.get(k), dict):
             node[k] = {}
         node = node[k]
-    node[keys[-1]] = yaml.safe_load(value)
+    value = yaml.safe_load(value)
+    if isinstance(value, str):  # YAML 1.1 leaves `1e-4` a string
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    node[keys[-1]] = value
 
 
 def describe(net_opt):
@@ -97,13 +103,14 @@ def evaluate_option(opt, device, overrides=(), limit=None):
             if device.type == 'cuda':
                 torch.cuda.synchronize()
             secs.append(time.perf_counter() - t0)
-            sr_img = tensor2img([out.detach().cpu()])
-            gt_img = (gt * 255.0).round().astype(np.uint8)
-            psnrs.append(calculate_psnr(sr_img, gt_img, crop_border=scale, test_y_channel=True))
-            ssims.append(calculate_ssim(sr_img, gt_img, crop_border=scale, test_y_channel=True))
             y = rgb_to_ycbcr(out.double())[:, :1] if out.shape[1] == 3 else out.double()
             b = rgb_to_ycbcr(lq.double())[:, :1]
             fids.append(float(op.residual_norm(y, b)[0]))
+            # tensor2img clamps in place (on CPU tensors): hand it a copy, after the fidelity
+            sr_img = tensor2img([out.detach().cpu().clone()])
+            gt_img = (gt * 255.0).round().astype(np.uint8)
+            psnrs.append(calculate_psnr(sr_img, gt_img, crop_border=scale, test_y_channel=True))
+            ssims.append(calculate_ssim(sr_img, gt_img, crop_border=scale, test_y_channel=True))
             stats = getattr(net, 'last_stats', None)
             if stats:
                 iters.append(float(stats['forward'].iterations.float().mean()))

@@ -24,17 +24,28 @@ class _SpectralNormConv2d(nn.Conv2d):
     def __init__(self, in_ch, out_ch, kernel_size, bias, bound, sn_grid=32):
         super().__init__(in_ch, out_ch, kernel_size, padding=kernel_size // 2, bias=bias)
         self.bound = bound
-        g = torch.Generator().manual_seed(in_ch * 1000 + out_ch)
-        v = torch.randn(1, in_ch, sn_grid, sn_grid, generator=g)
         # Power-iteration state is not saved: it is cheap to re-estimate and would triple the size
         # of a checkpoint. sn_sigma = 0 means "not estimated": the first use iterates to convergence.
-        self.register_buffer('sn_v', v / v.norm(), persistent=False)
+        self.register_buffer('sn_v', torch.zeros(1, in_ch, sn_grid, sn_grid), persistent=False)
         self.register_buffer('sn_u', torch.zeros(1, out_ch, sn_grid, sn_grid), persistent=False)
         self.register_buffer('sn_sigma', torch.zeros(()), persistent=False)
+        self.reset_power_iteration()
+
+    @torch.no_grad()
+    def reset_power_iteration(self):
+        """Forget the estimate: restart from the same fixed vector, so that the first estimate
+        (and hence the output) is a function of the weights alone, not of this instance's history."""
+        g = torch.Generator().manual_seed(self.in_channels * 1000 + self.out_channels)
+        v = torch.randn(self.sn_v.shape, generator=g)
+        self.sn_v.copy_(v / v.norm())
+        self.sn_u.zero_()
+        self.sn_sigma.zero_()
 
     def _load_from_state_dict(self, *args, **kwargs):
         super()._load_from_state_dict(*args, **kwargs)
-        self.sn_sigma.zero_()  # new weights: the old estimate no longer applies
+        # new weights: the old estimate no longer applies, and its vectors must not seed the new one
+        # (a loaded checkpoint would otherwise give outputs that depend on what this instance ran before)
+        self.reset_power_iteration()
 
     def _circular(self, x, kernel):
         p = kernel.shape[-1] // 2
@@ -50,7 +61,9 @@ class _SpectralNormConv2d(nn.Conv2d):
     def power_iteration(self, max_iter=1, tol=None):
         """Refine (u, v) in place; stop early when sigma changes by less than ``tol`` (relative)."""
         if float(self.sn_sigma) == 0:  # never estimated (fresh or randomly initialised layer)
-            max_iter, tol = max(max_iter, 200), 1e-5 if tol is None else tol
+            # to convergence: the top singular values of a conv operator cluster, so a relative change
+            # of 1e-4 per step still leaves sigma ~0.5% low (the bound that much too loose); 1e-6: ~0.05%
+            max_iter, tol = max(max_iter, 1000), 1e-6 if tol is None else min(tol, 1e-6)
         w = self.weight.detach()
         v = self.sn_v.to(w.dtype)
         sigma_old = None
@@ -225,10 +238,19 @@ def load_dncnn(net, path):
     """Load a DnCNN checkpoint of any layout :func:`convert_dncnn_state_dict` knows, strictly."""
     state = torch.load(path, map_location='cpu', weights_only=False)
     sd = convert_dncnn_state_dict(state)
-    missing, unexpected = net.load_state_dict(sd, strict=False)
-    if missing or unexpected:
-        raise KeyError(f'{path}: checkpoint does not fit DnCNN(depth={sum(isinstance(m, nn.Conv2d) for m in net.dncnn)}): '
-                       f'missing {missing}, unexpected {unexpected}.')
+    # Check names and shapes first: a different depth moves the last conv to another index, and
+    # load_state_dict would stop at that size mismatch with a RuntimeError that names neither depth.
+    own = net.state_dict()
+    missing = [k for k in own if k not in sd]
+    unexpected = [k for k in sd if k not in own]
+    mismatched = [f'{k}: {tuple(sd[k].shape)} vs {tuple(own[k].shape)}' for k in sd
+                  if k in own and sd[k].shape != own[k].shape]
+    if missing or unexpected or mismatched:
+        ckpt_depth = sum(1 for k, v in sd.items() if k.endswith('.weight') and v.dim() == 4)
+        raise KeyError(f'{path}: checkpoint (DnCNN with {ckpt_depth} convolutions) does not fit '
+                       f'DnCNN(depth={sum(isinstance(m, nn.Conv2d) for m in net.dncnn)}): missing {missing}, '
+                       f'unexpected {unexpected}, shape mismatch (checkpoint vs model) {mismatched}.')
+    net.load_state_dict(sd, strict=True)
     return net
 
 

@@ -83,6 +83,11 @@ class MCNetArch(nn.Module):
         denoiser_path (str | None): Denoiser checkpoint (any layout ``load_dncnn`` accepts).
         solver (dict | None): ``{forward: {...}, backward: {...}}`` SolverConfig options;
             backward defaults to forward. Change at test time with :meth:`set_solver`.
+        allow_tf32 (bool): Leave TF32 on for cuDNN convolutions and CUDA matmuls. TF32 rounds
+            convolution inputs to 10-bit mantissas, a noise floor of about 1e-4 relative that keeps
+            the fixed-point residual from reaching the 1e-5 a correct implicit gradient needs (seen
+            on H200: forward stalls at 2e-5, backward at 3e-3). False (default) switches TF32 off
+            process-wide when the arch is built. Default: False.
     """
 
     def __init__(self,
@@ -100,7 +105,8 @@ class MCNetArch(nn.Module):
                  learn_beta=True,
                  denoiser=None,
                  denoiser_path=None,
-                 solver=None):
+                 solver=None,
+                 allow_tf32=False):
         super().__init__()
         if backbone_input not in ('lr', 'upsampled'):
             raise ValueError(f"backbone_input must be 'lr' or 'upsampled', got {backbone_input!r}.")
@@ -109,7 +115,7 @@ class MCNetArch(nn.Module):
         if backbone_dtype not in _DTYPES:
             raise ValueError(f'backbone_dtype must be one of {sorted(k for k in _DTYPES if k)}, got {backbone_dtype!r}.')
         if eps is not None and eps_rms is not None:
-            raise ValueError('Give either eps or eps_rms, not both.')
+            raise ValueError(f'Give either eps or eps_rms, not both (got eps={eps!r}, eps_rms={eps_rms!r}).')
         for name, value in (('eps', eps), ('eps_rms', eps_rms)):
             if value is not None and value < 0:
                 raise ValueError(f'{name} must be >= 0, got {value}.')
@@ -117,6 +123,10 @@ class MCNetArch(nn.Module):
             raise ValueError(f'rho must be > 0, got {rho}.')
         if not beta_init > 0:
             raise ValueError(f'beta_init must be > 0, got {beta_init}.')
+
+        if not allow_tf32:
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
 
         net = build_network(deepcopy(backbone))
         if backbone_path is not None:
@@ -142,7 +152,11 @@ class MCNetArch(nn.Module):
         if denoiser_path is not None:
             load_dncnn(self.denoiser, denoiser_path)
         self.denoiser.auto_update_spectral_norm = False  # updated once per solve, see forward
-        self.set_solver(**(solver or {}))
+        solver = dict(solver or {})
+        unknown = [k for k in solver if k not in ('forward', 'backward')]
+        if unknown:
+            raise ValueError(f"solver options take the keys 'forward' and 'backward' only; unknown key(s) {unknown}.")
+        self.set_solver(**solver)
         self.last_stats = None
 
     # ------------------------------------------------------------------ configuration
@@ -156,8 +170,12 @@ class MCNetArch(nn.Module):
 
     def set_solver(self, forward=None, backward=None):
         """Replace solver settings (e.g. more test-time iterations) without touching weights."""
-        self.forward_solver = SolverConfig.from_dict(forward or {})
-        self.backward_solver = SolverConfig.from_dict(backward) if backward else self.forward_solver
+        try:  # an unknown key is a bad option value here: ValueError, like every other bad option
+            fwd = SolverConfig.from_dict(forward or {})
+            bwd = SolverConfig.from_dict(backward) if backward else fwd
+        except KeyError as err:
+            raise ValueError(f'MCNetArch solver options: {err.args[0]}') from err
+        self.forward_solver, self.backward_solver = fwd, bwd
 
     def _apply(self, fn, *args, **kwargs):
         super()._apply(fn, *args, **kwargs)
@@ -211,7 +229,13 @@ class MCNetArch(nn.Module):
         return f
 
     def solve(self, w, b):
-        """The implicit layer alone: x* from the backbone estimate w and LR measurements b (Y)."""
+        """The implicit layer alone: x* from the backbone estimate w and LR measurements b (Y).
+
+        ``b`` may be float64 (as :meth:`forward` passes it): the iterations run in ``w``'s dtype and
+        the final projection uses ``b`` at full precision, so the consistency of the output is not
+        limited by float32 rounding of ``b`` (about 1e-5 on a Set14-sized image).
+        """
+        b_exact, b = b, b.to(w.dtype)
         eps = self.consistency_radius(b)
         self.denoiser.update_spectral_norm()  # once per solve: F must not change while solving
         with torch.no_grad():
@@ -226,14 +250,15 @@ class MCNetArch(nn.Module):
             # ~1e-4 on a 256x256 LR image; projecting once more in float64 brings it to rounding of
             # the output itself (~1e-6). x is in S already, so this changes neither value nor gradient
             # beyond rounding.
-            x = self.operator.project(x.double(), b.double(), eps).to(x.dtype)
+            x = self.operator.project(x.double(), b_exact.double(), eps).to(x.dtype)
         return x
 
     def forward(self, lr):
         if lr.dim() != 4 or lr.shape[1] not in (1, 3):
             raise ValueError(f'MCNetArch expects LR images (N, 1 or 3, h, w); got shape {tuple(lr.shape)}.')
         w, cbcr = self.run_backbone(lr)
-        b = rgb_to_ycbcr(lr)[:, :1] if lr.shape[1] == 3 else lr
+        lr64 = lr.double()
+        b = rgb_to_ycbcr(lr64)[:, :1] if lr.shape[1] == 3 else lr64
         x = self.solve(w, b)
         if cbcr is None:
             return x

@@ -65,6 +65,11 @@ class SolverConfig:
                 raise TypeError(f'SolverConfig.{name} must be an int, got {v!r} ({type(v).__name__})')
         for name in ('lam', 'mixing', 'tol'):
             v = getattr(self, name)
+            if isinstance(v, str):  # YAML 1.1 reads `1e-5` (no dot) as a string; accept what float() accepts
+                try:
+                    v = float(v)
+                except ValueError:
+                    pass
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise TypeError(f'SolverConfig.{name} must be a number, got {v!r} ({type(v).__name__})')
             setattr(self, name, float(v))

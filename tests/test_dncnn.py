@@ -1,0 +1,327 @@
+"""DnCNN denoiser: the spectral bound, its gradient, checkpoint layouts and real pretrained weights.
+
+CPU only; the float64 checks use small crops of real photos. The pretrained-weight tests need
+../shared (skipped without it).
+"""
+
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import sample_photo, shared_path
+from mcnet_basicsr.archs.dncnn_arch import (DnCNN, _SpectralNormConv2d, convert_dncnn_state_dict,
+                                            jacobian_spectral_norm, load_dncnn)
+
+DT = torch.float64
+LIP = 0.9
+DEPTH = 6
+BOUND = LIP**(1.0 / DEPTH)
+SLACK = 1.01
+
+
+@pytest.fixture(autouse=True, scope='module')
+def one_intra_op_thread():
+    """These tensors are small: one thread is as fast, and immune to the OpenMP spin-waits that make
+    multi-threaded tiny ops 10-100x slower when other processes share the (2-core) machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def gray_photo(name, size, dtype=DT):
+    """(1, 1, H, W) luminance of a real photo in [0, 1]."""
+    rgb = torch.from_numpy(sample_photo(name, size)).to(dtype).permute(2, 0, 1) / 255.0
+    y = (65.481 * rgb[0] + 128.553 * rgb[1] + 24.966 * rgb[2] + 16.0) / 255.0
+    return y[None, None]
+
+
+def conv_operator_norm(weight, size, iters=300, seed=0):
+    """||x -> conv2d(x, weight, padding=1)|| on a zero-padded H x W image, by power iteration
+    on K^T K (adjoint = conv_transpose2d with the same padding). A lower estimate of the norm."""
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(1, weight.shape[1], *size, generator=g, dtype=weight.dtype)
+    v = v / v.norm()
+    sigma = 0.0
+    for _ in range(iters):
+        u = F.conv2d(v, weight, padding=1)
+        sigma = float(u.norm())
+        v = F.conv_transpose2d(u, weight, padding=1)
+        v = v / v.norm()
+    return sigma
+
+
+def scaled_net(seed=0, factor=5.0, num_feat=8):
+    """Random DnCNN6 whose raw kernels are far above the per-layer bound (the bound is active)."""
+    torch.manual_seed(seed)
+    net = DnCNN(num_feat=num_feat, depth=DEPTH, lipschitz=LIP).to(DT)
+    with torch.no_grad():
+        for m in net.sn_convs():
+            m.weight.mul_(factor)
+    net.eval()
+    net.update_spectral_norm()
+    return net
+
+
+@pytest.fixture(scope='module')
+def big_net():
+    return scaled_net()
+
+
+def psnr(a, b):
+    return float(10 * torch.log10(1.0 / F.mse_loss(a.clamp(0, 1), b)))
+
+
+# --------------------------------------------------------------------------------------- the bound
+@pytest.mark.parametrize('size', [(17, 23), (40, 40), (64, 48)])
+def test_each_zero_padded_conv_is_within_its_bound(big_net, size):
+    convs = big_net.sn_convs()
+    assert len(convs) == DEPTH
+    with torch.no_grad():
+        for i, m in enumerate(convs):
+            assert m.bound == pytest.approx(BOUND)
+            raw = conv_operator_norm(m.weight, size)
+            # the raw layer really is over the bound (else the check below would be vacuous) and the
+            # estimate sn_sigma describes the same operator (the raw norm on this size is close to it)
+            assert raw > 2 * BOUND, (i, raw)
+            assert raw <= 1.01 * float(m.sn_sigma) and raw >= 0.9 * float(m.sn_sigma), (i, raw, float(m.sn_sigma))
+            eff = conv_operator_norm(m.normalized_weight(), size)
+            assert eff <= BOUND * SLACK, f'layer {i} on {size}: {eff:.5f} > {BOUND:.5f} * {SLACK}'
+            # and it is not shrunk far below the bound either (the bound is tight, not a crude rescale)
+            assert eff >= 0.95 * BOUND, (i, eff)
+
+
+def test_noise_branch_jacobian_norm_at_real_photos(big_net):
+    for name in ('camera', 'coffee', 'chelsea'):
+        x = gray_photo(name, 32)
+        lip = jacobian_spectral_norm(big_net.noise, x, iters=40)
+        assert lip <= LIP * SLACK, (name, lip)
+    # the same estimator sees the unbounded kernels: it can detect a violation
+    saved = [m.bound for m in big_net.sn_convs()]
+    try:
+        for m in big_net.sn_convs():
+            m.bound = float('inf')
+        assert jacobian_spectral_norm(big_net.noise, gray_photo('camera', 32), iters=40) > 5 * LIP
+    finally:
+        for m, b in zip(big_net.sn_convs(), saved):
+            m.bound = b
+
+
+def test_noise_branch_global_lipschitz_on_random_pairs(big_net):
+    g = torch.Generator().manual_seed(3)
+    photos = [gray_photo(n, 40) for n in ('camera', 'astronaut', 'coffee', 'rocket')]
+    worst = 0.0
+    with torch.no_grad():
+        pairs = [(photos[i], photos[j]) for i in range(4) for j in range(i + 1, 4)]
+        for p in photos:  # nearby pairs (local behaviour) and random images
+            pairs.append((p, p + 0.01 * torch.randn(p.shape, generator=g, dtype=DT)))
+            pairs.append((torch.rand(p.shape, generator=g, dtype=DT), torch.rand(p.shape, generator=g, dtype=DT)))
+        for x, y in pairs:
+            ratio = float((big_net.noise(x) - big_net.noise(y)).norm() / (x - y).norm())
+            worst = max(worst, ratio)
+            assert ratio <= LIP * SLACK, ratio
+    assert worst > 0.0
+
+
+def test_bound_does_not_renormalise_layers_already_inside_it():
+    torch.manual_seed(1)
+    net = DnCNN(num_feat=8, depth=DEPTH, lipschitz=LIP).to(DT).eval()
+    convs = net.sn_convs()
+    with torch.no_grad():
+        net.update_spectral_norm()
+        for m in convs:  # every layer at half the bound...
+            m.weight.mul_(0.5 * m.bound / float(m.sn_sigma))
+        convs[2].weight.mul_(6.0)  # ...except layer 2, three times over it
+        for m in convs:
+            m.sn_sigma.zero_()  # re-estimate from scratch
+        net.update_spectral_norm()
+    for i, m in enumerate(convs):
+        for grad_mode in (True, False):
+            with torch.set_grad_enabled(grad_mode):
+                eff = m.normalized_weight().detach()
+            if i == 2:
+                assert float(m.sn_sigma) > 2.5 * m.bound
+                torch.testing.assert_close(eff, m.weight.detach() * (m.bound / float(m.sn_sigma)), rtol=1e-9, atol=0)
+            else:
+                assert float(m.sn_sigma) < m.bound
+                assert torch.equal(eff, m.weight.detach()), f'layer {i} was rescaled although inside the bound'
+    for k, (est, effective) in enumerate(net.layer_bounds()):
+        assert effective == (pytest.approx(convs[k].bound) if k == 2 else est), (k, est, effective)
+    # all layers inside: the network is exactly the plain conv-ReLU stack of its raw weights
+    with torch.no_grad():
+        convs[2].weight.mul_(1 / 6.0)
+        convs[2].sn_sigma.zero_()
+        net.update_spectral_norm()
+        x = gray_photo('astronaut', 24)
+        h = x
+        for k, m in enumerate(convs):
+            h = F.conv2d(h, m.weight, padding=1)
+            if k < len(convs) - 1:
+                h = F.relu(h)
+        torch.testing.assert_close(net(x), x - h, rtol=0, atol=1e-13)
+
+
+# ------------------------------------------------------------------------------------- gradients
+def test_gradient_flows_through_the_normalisation():
+    net = scaled_net(seed=2)
+    net.auto_update_spectral_norm = False  # (u, v, sigma) fixed: loss is a function of the weights only
+    x = gray_photo('chelsea', 24)
+    r = torch.randn(x.shape, generator=torch.Generator().manual_seed(0), dtype=DT)
+
+    def loss():
+        with torch.enable_grad():
+            return (net(x) * r).sum()
+
+    net.zero_grad()
+    loss().backward()
+    for i, m in enumerate(net.sn_convs()):
+        assert m.weight.grad is not None and float(m.weight.grad.abs().max()) > 0, i
+    layer = net.sn_convs()[2]
+    assert float(layer.sn_sigma) > layer.bound  # the normalisation is active on this layer
+    idx = (3, 5, 1, 2)
+    g = float(layer.weight.grad[idx])
+
+    h = 1e-6
+    with torch.no_grad():
+        w0 = float(layer.weight[idx])
+        layer.weight[idx] = w0 + h
+        lp = float(loss())
+        layer.weight[idx] = w0 - h
+        lm = float(loss())
+        layer.weight[idx] = w0
+    fd = (lp - lm) / (2 * h)
+    assert abs(g - fd) <= 1e-4 * abs(fd), (g, fd)
+
+    # the sigma term matters: treating sigma as a constant gives a measurably different gradient
+    layer.sigma = lambda: _SpectralNormConv2d.sigma(layer).detach()
+    try:
+        net.zero_grad()
+        loss().backward()
+        g_const = float(layer.weight.grad[idx])
+    finally:
+        del layer.sigma
+    assert abs(g_const - fd) > 1e-2 * abs(fd), (g_const, fd)
+
+
+def test_no_grad_forward_uses_stored_sigma_and_equals_grad_mode():
+    net = scaled_net(seed=4)
+    net.auto_update_spectral_norm = False
+    x = gray_photo('rocket', 32)
+    with torch.enable_grad():
+        out_grad = net(x)
+    assert out_grad.requires_grad
+    convs = net.sn_convs()
+    for m in convs:  # no extra conv under no_grad: sigma() must not be called
+        m.sigma = lambda: (_ for _ in ()).throw(AssertionError('sigma() called under no_grad'))
+    try:
+        with torch.no_grad():
+            out_nograd = net(x)
+            torch.testing.assert_close(out_nograd, out_grad.detach(), rtol=1e-10, atol=1e-12)
+            # it really reads the stored estimate: change it and the no-grad output follows
+            convs[1].sn_sigma.mul_(2.0)
+            assert float((net(x) - out_nograd).abs().max()) > 1e-4
+            convs[1].sn_sigma.div_(2.0)
+    finally:
+        for m in convs:
+            del m.sigma
+    # a never-estimated layer refuses to run without a graph instead of using sigma = 0
+    fresh = DnCNN(num_feat=4, depth=3)
+    fresh.auto_update_spectral_norm = False
+    with torch.no_grad(), pytest.raises(RuntimeError, match='not estimated'):
+        fresh(x.float())
+
+
+# --------------------------------------------------------------------------------- checkpoint layouts
+def _random_like(sd, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {k: (torch.randn(v.shape, generator=g) if v.is_floating_point() else v.clone()) for k, v in sd.items()}
+
+
+def _load_strict_except_sn(net, sd):
+    missing, unexpected = net.load_state_dict(sd, strict=False)
+    assert not unexpected, unexpected
+    assert all('.sn_' in k for k in missing), missing
+
+
+def _authors_dict(prefix, depth=6, feat=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    sd = {}
+    chans = [1] + [feat] * (depth - 1) + [1]
+    for layer in range(depth):
+        i = 2 * layer  # conv, ReLU, conv, ReLU, ..., conv
+        shape = (chans[layer + 1], chans[layer], 3, 3)
+        sd[f'{prefix}dncnn.{i}.weight_orig'] = torch.randn(shape, generator=g)
+        sd[f'{prefix}dncnn.{i}.weight'] = torch.randn(shape, generator=g) * 0.1
+        sd[f'{prefix}dncnn.{i}.weight_u'] = torch.randn(1, chans[layer + 1], 40, 40, generator=g)
+    return sd
+
+
+@pytest.mark.parametrize('prefix', ['', 'f.dncnn.'])
+def test_convert_authors_dncnn6_layouts(prefix):
+    sd = _authors_dict(prefix)
+    if prefix:
+        sd['f.alpha'] = torch.tensor(0.3)
+    out = convert_dncnn_state_dict(sd)
+    assert sorted(out) == sorted(f'dncnn.{2 * k}.weight' for k in range(6))
+    net = DnCNN(depth=6)
+    _load_strict_except_sn(net, out)
+    for k in range(6):  # the authors' `weight` (already normalised kernel), not weight_orig
+        assert torch.equal(net.dncnn[2 * k].weight.detach(), sd[f'{prefix}dncnn.{2 * k}.weight'])
+    # BasicSR-style wrapping of the same dict
+    assert convert_dncnn_state_dict({'params': sd}).keys() == out.keys()
+
+
+def test_convert_ryu_dncnn17_with_batchnorm():
+    ref = DnCNN(depth=17, batch_norm=True, spectral_norm=False)
+    plain = _random_like(ref.state_dict(), seed=5)
+    assert any('running_var' in k for k in plain) and any('num_batches_tracked' in k for k in plain)
+    ryu = {f'module.{k}': v for k, v in plain.items()}
+    out = convert_dncnn_state_dict(ryu)
+    net = DnCNN(depth=17, batch_norm=True, spectral_norm=False)
+    net.load_state_dict(out, strict=True)
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, plain[k]), k
+
+
+def test_mismatched_depth_raises_clear_keyerror(tmp_path):
+    path = tmp_path / 'dncnn6.pth'
+    torch.save(_authors_dict('', feat=8), path)
+    load_dncnn(DnCNN(num_feat=8, depth=6), path)  # the right depth loads
+    for depth in (5, 8):
+        with pytest.raises(KeyError, match=rf'depth={depth}') as ei:
+            load_dncnn(DnCNN(num_feat=8, depth=depth), path)
+        msg = str(ei.value)
+        assert 'dncnn.' in msg and ('missing' in msg and 'unexpected' in msg)
+    with pytest.raises(KeyError, match='dncnn'):
+        convert_dncnn_state_dict({'conv1.weight': torch.zeros(1)})
+
+
+# ---------------------------------------------------------------------------------- real weights
+def test_authors_dncnn6_denoises_real_photo():
+    path = shared_path('weights', 'sr_mcnet_official', 'dncnn6_realsn_relu', 'sigma_0.00625_0.01250.pth')
+    net = load_dncnn(DnCNN(depth=6, num_feat=64, lipschitz=0.9), path).eval()
+    x = gray_photo('camera', 96, torch.float32)
+    g = torch.Generator().manual_seed(0)
+    noisy = x + 0.01 * torch.randn(x.shape, generator=g)
+    with torch.no_grad():
+        den = net(noisy)
+    p_noisy, p_den = psnr(noisy, x), psnr(den, x)
+    assert p_den > p_noisy, (p_noisy, p_den)
+    # their kernels were normalised by their own power iteration (40x40): our operator-norm estimate
+    # agrees with that to a few per cent, so the bound changes them only slightly
+    for s, eff in net.layer_bounds():
+        assert eff >= 0.98 * BOUND and s <= 1.05 * BOUND, (s, eff)
+
+
+def test_ryu_dncnn17_denoises_sigma15():
+    path = shared_path('weights', 'dncnn_provable_pnp', 'DnCNN_noise15.pth')
+    net = load_dncnn(DnCNN(depth=17, batch_norm=True, spectral_norm=False), path).eval()
+    x = gray_photo('camera', 96, torch.float32)
+    g = torch.Generator().manual_seed(1)
+    noisy = x + (15 / 255) * torch.randn(x.shape, generator=g)
+    with torch.no_grad():
+        den = net(noisy)
+    p_noisy, p_den = psnr(noisy, x), psnr(den, x)
+    assert p_den > p_noisy + 3.0, (p_noisy, p_den)

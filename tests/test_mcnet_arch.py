@@ -1,0 +1,328 @@
+"""MCNetArch: implicit gradients, measurement consistency, the frozen backbone, solver settings.
+
+CPU only. The backbone is a random SRCNN saved to a temporary checkpoint and loaded through
+``backbone_path`` (as a trained one would be); the denoiser is a small DnCNN6 (8 channels) so the
+float64 checks stay fast. The Anderson-vs-plain comparison uses the authors' DnCNN6 from ../shared
+when present.
+"""
+import copy
+
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
+
+import pytest
+import torch
+from basicsr.archs import build_network
+
+from conftest import SHARED, sample_photo
+from mcnet_basicsr.archs.mcnet_arch import MCNetArch
+from mcnet_basicsr.ops import build_operator, eps_from_rms
+from mcnet_basicsr.utils.color import rgb_to_ycbcr
+
+DT = torch.float64
+SCALE = 2
+OPERATOR = {'type': 'bicubic', 'scale': SCALE}
+AUTHORS_DNCNN = SHARED / 'weights' / 'sr_mcnet_official' / 'dncnn6_realsn_relu' / 'sigma_0.00625_0.01250.pth'
+
+
+@pytest.fixture(autouse=True, scope='module')
+def one_intra_op_thread():
+    """These tensors are small: one thread is as fast, and immune to the OpenMP spin-waits that make
+    multi-threaded tiny ops 10-100x slower when other processes share the (2-core) machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope='module')
+def backbone_ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    srcnn = build_network({'type': 'SRCNN', 'padding_mode': 'zeros'})
+    path = tmp_path_factory.mktemp('mcnet_arch') / 'srcnn_random.pth'
+    torch.save({'params': srcnn.state_dict()}, path)
+    return str(path)
+
+
+def make_net(ckpt, seed=0, **kw):
+    opt = dict(backbone={'type': 'SRCNN', 'padding_mode': 'zeros'}, operator=OPERATOR, backbone_path=ckpt,
+               backbone_input='upsampled', backbone_channels=1, denoiser={'num_feat': 8})
+    opt.update(kw)
+    torch.manual_seed(seed)
+    return MCNetArch(**opt)
+
+
+def freeze_spectral_norm(net, monkeypatch):
+    """Estimate the denoiser's spectral norms once, then keep (u, v, sigma) fixed, so that every
+    call of the net solves with the same fixed-point map (eval mode refines them on each solve)."""
+    net.denoiser.update_spectral_norm(max_iter=500, tol=1e-10)
+    monkeypatch.setattr(net.denoiser, 'update_spectral_norm', lambda *a, **k: [])
+
+
+def refresh_sigma(net):
+    """sn_sigma = <u, K(W) v> for the current weights, (u, v) fixed: the function of W the graph uses."""
+    with torch.no_grad():
+        for m in net.denoiser.sn_convs():
+            m.sn_sigma.copy_(m.sigma())
+
+
+def rgb(name, size, dtype=torch.float32):
+    return (torch.from_numpy(sample_photo(name, size)).permute(2, 0, 1)[None].to(dtype) / 255.0)
+
+
+def make_lr(hr):
+    """LR as the evaluation data are made: A applied to the HR image, rounded to uint8."""
+    op = build_operator(OPERATOR)
+    with torch.no_grad():
+        return torch.floor(op(hr.double()).clamp(0, 1) * 255 + 0.5).to(hr.dtype) / 255
+
+
+def luma(x):
+    return rgb_to_ycbcr(x)[:, :1] if x.shape[1] == 3 else x
+
+
+# ------------------------------------------------------------------------------------------ gradients
+def test_implicit_gradient_matches_finite_differences_and_unrolled(backbone_ckpt, monkeypatch):
+    # beta = 0.1 keeps plain iteration fast enough (~200 steps to 1e-12) to unroll it with autograd
+    net = make_net(backbone_ckpt, beta_init=0.1,
+                   solver={'forward': {'tol': 1e-14, 'max_iter': 1000}, 'backward': {'tol': 1e-11, 'max_iter': 1000}})
+    net = net.to(DT).eval()
+    freeze_spectral_norm(net, monkeypatch)
+    lr = make_lr(luma(rgb('astronaut', 24, DT)))
+    r = torch.randn(1, 1, 24, 24, generator=torch.Generator().manual_seed(1), dtype=DT)
+    layer = net.denoiser.sn_convs()[2]
+    idx = (1, 3, 1, 1)
+    assert float(layer.sn_sigma) > layer.bound, 'the normalisation should be active on the checked layer'
+
+    def loss():
+        return (net(lr) * r).sum()
+
+    with torch.enable_grad():
+        loss().backward()
+    g_beta, g_w = float(net.log_beta.grad), float(layer.weight.grad[idx])
+    assert net.last_stats['forward'].converged.all() and net.last_stats['backward'].stats.converged.all()
+
+    def central_difference(param, index, h):
+        with torch.no_grad():
+            p0 = float(param[index])
+            values = []
+            for p in (p0 + h, p0 - h):
+                param[index] = p
+                refresh_sigma(net)
+                values.append(float(loss()))
+            param[index] = p0
+            refresh_sigma(net)
+        return (values[0] - values[1]) / (2 * h)
+
+    fd_beta = central_difference(net.log_beta, (), 1e-4)
+    fd_w = central_difference(layer.weight, idx, 1e-5)
+    assert abs(g_beta - fd_beta) <= 1e-4 * abs(fd_beta), (g_beta, fd_beta)
+    assert abs(g_w - fd_w) <= 1e-4 * abs(fd_w), (g_w, fd_w)
+
+    # autograd through a long unrolled plain iteration of the same map, from the same start
+    net.zero_grad()
+    with torch.no_grad():
+        w, _ = net.run_backbone(lr)
+        eps = net.consistency_radius(lr)
+        x0 = net.operator.project(w, lr, eps)
+    f = net.fixed_point_map(w, lr, eps)
+    z = torch.cat([x0, torch.zeros_like(x0)], dim=1)
+    with torch.enable_grad():
+        for _ in range(400):
+            z_prev, z = z, f(z)
+        assert float((z - z_prev).detach().norm() / z.detach().norm()) < 1e-11  # the unrolled iteration converged
+        (z[:, :1] * r).sum().backward()
+    u_beta, u_w = float(net.log_beta.grad), float(layer.weight.grad[idx])
+    assert abs(g_beta - u_beta) <= 1e-4 * abs(u_beta), (g_beta, u_beta)
+    assert abs(g_w - u_w) <= 1e-4 * abs(u_w), (g_w, u_w)
+
+
+# -------------------------------------------------------------------------------------- consistency
+PHOTOS = ('astronaut', 'coffee', 'chelsea', 'rocket')
+
+
+@pytest.fixture(scope='module')
+def rgb_batch():
+    hr = torch.cat([rgb(n, 48) for n in PHOTOS])
+    return hr, make_lr(hr)
+
+
+# float64 too: there the output is the map's own final P_S (float32 adds one more projection in float64)
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+def test_exact_consistency_rgb(backbone_ckpt, rgb_batch, dtype):
+    lr = rgb_batch[1].to(dtype)
+    net = make_net(backbone_ckpt, eps=0, solver={'forward': {'tol': 1e-4, 'max_iter': 30}}).to(dtype).eval()
+    with torch.no_grad():
+        out = net(lr)
+        w, _ = net.run_backbone(lr)
+    assert out.shape == (4, 3, 48, 48) and out.dtype == dtype
+    op, b = net.operator, luma(lr)
+    res = op.residual_norm(luma(out).double(), b.double())
+    assert (res <= 1e-5).all(), res
+    # not vacuous: the backbone estimate alone is far from consistent
+    assert (op.residual_norm(w.double(), b.double()) > 1e-2).all()
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+def test_inexact_consistency_eps_rms(backbone_ckpt, rgb_batch, dtype):
+    lr = rgb_batch[1].to(dtype)
+    solver = {'forward': {'tol': 1e-4, 'max_iter': 30}}
+    net = make_net(backbone_ckpt, eps_rms=0.01, solver=solver).to(dtype).eval()
+    b = luma(lr).double()
+    eps = eps_from_rms(0.01, b[0].numel())
+    with torch.no_grad():
+        out = net(lr)
+        w, _ = net.run_backbone(lr)
+        out_exact = make_net(backbone_ckpt, eps=0, solver=solver).to(dtype).eval()(lr)
+    assert net.last_stats['eps'] == pytest.approx(eps)
+    op = net.operator
+    res = op.residual_norm(luma(out).double(), b)
+    assert (res <= eps * (1 + 1e-5)).all(), (res, eps)
+    # active or satisfied: the backbone estimate lies outside the ball, so the projection is
+    # active and the output sits on its boundary (a solution strictly inside would not need it)
+    res_w = op.residual_norm(w.double(), b)
+    for i in range(len(PHOTOS)):
+        if res_w[i] > eps:
+            assert res[i] >= eps * (1 - 1e-3), (i, float(res[i]), eps)
+    assert (res_w > eps).any()
+    # and the radius matters: the result differs from the exactly consistent one
+    assert float((out - out_exact).abs().max()) > 1e-3
+
+
+def test_one_channel_input_gives_one_channel_output(backbone_ckpt, rgb_batch):
+    _, lr = rgb_batch
+    y = luma(lr[:2])
+    net = make_net(backbone_ckpt, solver={'forward': {'tol': 1e-4, 'max_iter': 30}}).eval()
+    with torch.no_grad():
+        out = net(y)
+        out_rgb = net(lr[:2])
+    assert out.shape == (2, 1, 48, 48)
+    assert (net.operator.residual_norm(out.double(), y.double()) <= 1e-5).all()
+    # the Y of the RGB result is the same layer output
+    torch.testing.assert_close(luma(out_rgb), out, rtol=0, atol=1e-4)
+
+
+# -------------------------------------------------------------------------------------- frozen backbone
+def test_backbone_is_frozen_and_hidden(backbone_ckpt, rgb_batch):
+    _, lr = rgb_batch
+    net = make_net(backbone_ckpt, solver={'forward': {'tol': 1e-3, 'max_iter': 10},
+                                          'backward': {'tol': 1e-2, 'max_iter': 10}})
+    bb = net.backbone
+    bb_params = {id(p) for p in bb.parameters()}
+    assert bb_params and not bb_params & {id(p) for p in net.parameters()}
+    sd = net.state_dict()
+    bb_ptrs = {p.data_ptr() for p in bb.parameters()}
+    assert not bb_ptrs & {v.data_ptr() for v in sd.values()}
+    assert all(k == 'log_beta' or k.startswith('denoiser.') for k in sd), sorted(sd)
+    # the checkpoint's weights were really loaded into the backbone
+    ref = torch.load(backbone_ckpt)['params']
+    assert all(torch.equal(bb.state_dict()[k], v) for k, v in ref.items())
+
+    net.train()
+    assert net.training and net.denoiser.training and not bb.training
+    before = copy.deepcopy(bb.state_dict())
+    den_before = copy.deepcopy(net.denoiser.state_dict())
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    out = net(lr[:2])
+    hr = rgb_batch[0][:2]
+    loss = ((luma(out) - luma(hr))**2).mean()
+    loss.backward()
+    assert all(p.grad is None for p in bb.parameters())
+    assert net.log_beta.grad is not None and float(net.log_beta.grad.abs()) > 0
+    opt.step()
+    assert all(torch.equal(v, before[k]) for k, v in bb.state_dict().items())
+    assert any(not torch.equal(v, den_before[k]) for k, v in net.denoiser.state_dict().items())
+
+    net.to(torch.float64)
+    assert all(p.dtype == torch.float64 for p in bb.parameters())
+    assert all(p.dtype == torch.float64 for p in net.parameters())
+    net.eval()
+    with torch.no_grad():
+        out64 = net(lr[:1].double())
+    assert out64.dtype == torch.float64 and not bb.training
+
+
+# -------------------------------------------------------------------------------------------- solvers
+def test_anderson_needs_fewer_iterations_than_plain(backbone_ckpt, monkeypatch):
+    denoiser_path = str(AUTHORS_DNCNN) if AUTHORS_DNCNN.is_file() else None
+    denoiser = {'num_feat': 64} if denoiser_path else {'num_feat': 8}
+    net = make_net(backbone_ckpt, beta_init=0.01, denoiser=denoiser, denoiser_path=denoiser_path).eval()
+    freeze_spectral_norm(net, monkeypatch)
+    lr = make_lr(luma(rgb('camera', 32)))
+    iters, outs = {}, {}
+    for solver in ('anderson', 'fixed_point'):
+        net.set_solver(forward={'solver': solver, 'tol': 1e-4, 'max_iter': 400})
+        with torch.no_grad():
+            outs[solver] = net(lr)
+        stats = net.last_stats['forward']
+        assert bool(stats.converged.all()), (solver, stats.residual)
+        iters[solver] = int(stats.iterations[0])
+    assert iters['anderson'] < iters['fixed_point'], iters
+    # same fixed point
+    assert float((outs['anderson'] - outs['fixed_point']).abs().max()) < 1e-2
+
+
+def test_set_solver_changes_iterations_not_weights(backbone_ckpt, rgb_batch, monkeypatch):
+    _, lr = rgb_batch
+    net = make_net(backbone_ckpt).eval()
+    freeze_spectral_norm(net, monkeypatch)
+    lr = lr[:1]
+    sd = {k: v.clone() for k, v in net.state_dict().items()}
+
+    net.set_solver(forward={'tol': 1e-2, 'max_iter': 3})
+    assert net.forward_solver.tol == 1e-2 and net.forward_solver.max_iter == 3
+    assert net.backward_solver == net.forward_solver  # backward defaults to forward
+    assert all(torch.equal(v, sd[k]) for k, v in net.state_dict().items())
+    with torch.no_grad():
+        loose = net(lr)
+        loose_again = net(lr)
+    it_loose = int(net.last_stats['forward'].iterations[0])
+    assert torch.equal(loose, loose_again)  # deterministic for fixed settings
+
+    net.set_solver(forward={'tol': 1e-7, 'max_iter': 300}, backward={'tol': 1e-3, 'max_iter': 7})
+    assert net.backward_solver.max_iter == 7 and net.forward_solver.max_iter == 300
+    assert all(torch.equal(v, sd[k]) for k, v in net.state_dict().items())
+    with torch.no_grad():
+        tight = net(lr)
+    it_tight = int(net.last_stats['forward'].iterations[0])
+    assert it_loose <= 3 < it_tight
+    assert float((tight - loose).abs().max()) > 1e-4
+
+
+@pytest.mark.parametrize('kwargs, needle', [
+    ({'backbone_input': 'foo'}, 'foo'),
+    ({'eps': 0.1, 'eps_rms': 0.01}, '0.01'),
+    ({'eps': -0.5}, '-0.5'),
+    ({'eps_rms': -0.25}, '-0.25'),
+    ({'rho': 0}, 'rho'),
+    ({'beta_init': 0.0}, 'beta_init'),
+    ({'solver': {'forward': {'tl': 1e-3}}}, 'tl'),
+    ({'solver': {'fwd': {'tol': 1e-3}}}, 'fwd'),
+    ({'solver': {'forward': {'solver': 'newton'}}}, 'newton'),
+])
+def test_bad_options_raise_value_error(backbone_ckpt, kwargs, needle):
+    with pytest.raises(ValueError) as ei:
+        make_net(backbone_ckpt, **kwargs)
+    msg = str(ei.value)
+    assert needle in msg, msg
+    if 'rho' in kwargs or 'beta_init' in kwargs:
+        assert 'got 0' in msg, msg
+
+
+def test_per_sample_solver_stats(backbone_ckpt, monkeypatch):
+    net = make_net(backbone_ckpt, solver={'forward': {'tol': 1e-6, 'max_iter': 200}}).to(DT).eval()
+    freeze_spectral_norm(net, monkeypatch)
+    lr = make_lr(torch.cat([rgb('camera', 32, DT), rgb('coffee', 32, DT)]))
+    assert net.last_stats is None
+    with torch.no_grad():
+        out = net(lr)
+    stats = net.last_stats['forward']
+    assert stats.iterations.shape == (2, ) and stats.iterations.dtype == torch.long
+    assert bool(stats.converged.all()) and (stats.residual <= 1e-6).all()
+    assert net.last_stats['backward'].stats is None  # no graph, no backward solve
+    # per-sample: each image stops at its own iteration and gets the result it gets alone
+    for i in range(2):
+        with torch.no_grad():
+            single = net(lr[i:i + 1])
+        assert int(net.last_stats['forward'].iterations[0]) == int(stats.iterations[i])
+        torch.testing.assert_close(single, out[i:i + 1], rtol=0, atol=1e-9)
+    assert stats.iterations[0] != stats.iterations[1], stats.iterations
