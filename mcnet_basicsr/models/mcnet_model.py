@@ -15,6 +15,11 @@ def build_optimizer(optim_type, params, lr, **kwargs):
         known = sorted(n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
                        and issubclass(getattr(torch.optim, n), torch.optim.Optimizer) and n != 'Optimizer')
         raise ValueError(f'Unsupported optimizer {optim_type!r}. Supported ones are: {", ".join(known)}.')
+    # YAML 1.1 (and BasicSR's --force_yml) read `5e-5` without a dot as a string
+    lr = float(lr)
+    for group in params if isinstance(params, list) else []:
+        if isinstance(group, dict) and 'lr' in group:
+            group['lr'] = float(group['lr'])
     return cls(params, lr=lr, **kwargs)
 
 
