@@ -31,5 +31,6 @@ setup(
         'tqdm',
     ],
     extras_require={'test': ['pytest']},
+    entry_points={'console_scripts': ['mcnet-sr=mcnet_basicsr.inference:main']},
     license='Apache-2.0',
 )

@@ -1,0 +1,716 @@
+"""``mcnet-sr``: super-resolve image files with the shipped MCNet models.
+
+Usage::
+
+    mcnet-sr INPUT... -o OUTDIR --scale {2,3,4} [--backbone-weights PATH] [--weights PATH]
+             [--eps-rms X] [--iters N] [--tol T] [--device auto|cpu|cuda] [--threads N]
+             [--tile N] [--compare] [--gt PATH_OR_DIR] [--force]
+    python -m mcnet_basicsr.inference ...
+
+INPUT: files, folders (their PNG/JPEG/BMP/TIFF files, not recursive) or glob patterns. 8- or 16-bit,
+gray, gray+alpha, RGB or RGBA. Colour goes through MCNet (the implicit layer on Y, CbCr from the
+backbone path, exactly :meth:`MCNetArch.forward`), gray is treated as Y, alpha is upscaled with
+MATLAB bicubic and clipped. Each result is written as a PNG ``<stem>_x<s>.png`` with the bit depth
+and channel layout of its input; ``summary.csv`` in OUTDIR gets one row per input (failed ones with
+their error) and is replaced by every run.
+
+Consistency: the float result ``x`` satisfies ``||A x - b||_2 <= eps`` (Y in [0, 1], ``A`` = MATLAB
+bicubic downscaling, ``b`` = Y of the LR image; eps = 0 unless ``--eps-rms``); the tool reports that
+number (``fidelity``) for the float result and for the written, quantised image (``fidelity_saved``,
+which also includes clipping to [0, 1] and rounding to 8/16 bit).
+
+Tiling (``--tile N``, N in LR pixels): the convolutional parts -- the backbone and the layer's
+denoiser, which hold all the many-channel feature maps -- run on N x N LR tiles (N*s x N*s in HR,
+so tile boundaries are multiples of the scale) with an overlap of at least their receptive field,
+which makes every tile's output exactly what the full-image network gives there. The layer's
+fixed-point iteration and its projection ``P_S`` run on the whole image (a few image-sized
+channels; the final ``P_S`` makes the whole output consistent). Solving the layer tile by tile
+instead does not reproduce the untiled result: its fixed point depends on pixels far outside any
+practical overlap (measured max differences 4e-3..1.5e-2 with 24 LR pixels of overlap).
+
+Exit status: 0 when every image succeeded, 1 when some failed (the others are still written), 2
+for a usage/set-up error (bad option, weights, device) before any image is processed. Nothing is
+overwritten without ``--force``, and every file is written under a temporary name in OUTDIR first.
+"""
+import argparse
+import csv
+import glob
+import io
+import math
+import os
+import os.path as osp
+import re
+import sys
+import time
+from contextlib import contextmanager
+
+import cv2
+import numpy as np
+import torch
+from basicsr.metrics import calculate_psnr
+from torch import nn
+from tqdm import tqdm
+
+from .ops import imresize
+from .pretrained import build_pretrained_mcnet
+from .utils.color import rgb_to_ycbcr, ycbcr_to_rgb
+
+SCALES = (2, 3, 4)
+IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff')
+MIN_LR_SIDE = 4  # smallest LR width/height accepted
+MIN_TILE = 8  # smallest --tile (LR pixels)
+SUMMARY_FIELDS = ('input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
+                  'bit_depth', 'scale', 'tiles', 'iterations', 'solver_residual', 'eps', 'fidelity', 'fidelity_saved',
+                  'psnr_bicubic', 'psnr_backbone', 'psnr_mcnet', 'seconds')
+
+
+class UsageError(Exception):
+    """A problem with the options or the models: nothing can be processed."""
+
+
+class ImageError(Exception):
+    """A problem with one image: reported, the other images go on."""
+
+
+# ---------------------------------------------------------------------------------------- options
+class _Parser(argparse.ArgumentParser):
+
+    def error(self, message):
+        raise UsageError(f'{message} (see {self.prog} --help)')
+
+
+def build_parser():
+    p = _Parser(
+        prog='mcnet-sr',
+        description='Measurement-consistent super-resolution (MCNet): the output x satisfies '
+        '||A x - b||_2 <= eps exactly (A = MATLAB bicubic downscaling, b = Y of the input).')
+    p.add_argument('inputs', nargs='+', metavar='INPUT', help='image files, folders or glob patterns')
+    p.add_argument('-o', '--output', required=True, metavar='OUTDIR', help='output folder (created if missing)')
+    p.add_argument('--scale', required=True, type=int, metavar='{2,3,4}', help='upscaling factor')
+    p.add_argument('--backbone-weights', metavar='PATH', help='SRCNN checkpoint (default: the shipped one)')
+    p.add_argument('--weights', metavar='PATH',
+                   help="MCNet layer checkpoint, BasicSR {'params': ...} file (default: the shipped one)")
+    p.add_argument('--eps-rms', type=float, default=None, metavar='X',
+                   help='consistency radius per LR pixel, eps = X * sqrt(#LR pixels) (default 0: exact)')
+    p.add_argument('--iters', type=int, default=100, metavar='N', help='maximum solver iterations (default 100)')
+    p.add_argument('--tol', type=float, default=1e-4, metavar='T',
+                   help='relative fixed-point residual at which the solver stops (default 1e-4)')
+    p.add_argument('--device', default='auto', choices=('auto', 'cpu', 'cuda'), help='default: cuda if available')
+    p.add_argument('--threads', type=int, default=None, metavar='N',
+                   help='CPU threads for torch (default: torch\'s choice; 1 is often fastest on a busy machine)')
+    p.add_argument('--tile', type=int, default=None, metavar='N',
+                   help=f'run the networks on N x N LR tiles (N >= {MIN_TILE}) to bound memory')
+    p.add_argument('--compare', action='store_true',
+                   help='also write <stem>_compare.png: bicubic | backbone | MCNet (| ground truth)')
+    p.add_argument('--gt', metavar='PATH_OR_DIR',
+                   help='ground truth for --compare: a file (one input) or a folder holding the same file names')
+    p.add_argument('--force', action='store_true', help='overwrite existing outputs')
+    return p
+
+
+def parse_args(argv):
+    args = build_parser().parse_args(argv)
+    if args.scale not in SCALES:
+        raise UsageError(f'unsupported scale {args.scale}; models exist for scales {", ".join(map(str, SCALES))}')
+    if args.iters < 1:
+        raise UsageError(f'--iters must be >= 1, got {args.iters}')
+    if not (args.tol > 0 and math.isfinite(args.tol)):
+        raise UsageError(f'--tol must be a positive number, got {args.tol}')
+    if args.eps_rms is not None and not (args.eps_rms >= 0 and math.isfinite(args.eps_rms)):
+        raise UsageError(f'--eps-rms must be a finite number >= 0, got {args.eps_rms}')
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f'--threads must be >= 1, got {args.threads}')
+    if args.tile is not None and args.tile < MIN_TILE:
+        raise UsageError(f'--tile must be >= {MIN_TILE} (LR pixels), got {args.tile}')
+    if args.gt is not None and not args.compare:
+        raise UsageError('--gt is only used with --compare')
+    if args.gt is not None and not osp.exists(args.gt):
+        raise UsageError(f'{args.gt}: ground truth not found')
+    for opt in ('weights', 'backbone_weights'):
+        path = getattr(args, opt)
+        if path is not None and not osp.isfile(path):
+            raise UsageError(f'{path}: --{opt.replace("_", "-")} file not found')
+    if osp.exists(args.output) and not osp.isdir(args.output):
+        raise UsageError(f'{args.output}: output path exists and is not a folder')
+    return args
+
+
+# ---------------------------------------------------------------------------------------- inputs
+def collect_inputs(specs):
+    """[(path, error)] in command-line order; folders and globs expanded (sorted), duplicates dropped."""
+    found, seen = [], set()
+
+    def add(path):
+        key = osp.realpath(path)
+        if key not in seen:
+            seen.add(key)
+            found.append((path, None))
+
+    def is_image_file(path):
+        return osp.isfile(path) and path.lower().endswith(IMAGE_EXTENSIONS)
+
+    for spec in specs:
+        if osp.isdir(spec):
+            files = sorted(f for f in (osp.join(spec, n) for n in os.listdir(spec)) if is_image_file(f))
+            if not files:
+                found.append((spec, 'folder holds no PNG/JPEG/BMP/TIFF files'))
+            for f in files:
+                add(f)
+        elif osp.lexists(spec):
+            add(spec)  # an explicit file is tried whatever its name; reading it decides
+        elif glob.has_magic(spec):
+            matches = sorted(glob.glob(spec))
+            files = [m for m in matches if is_image_file(m)] + [
+                f for m in matches if osp.isdir(m) for f in sorted(osp.join(m, n) for n in os.listdir(m))
+                if is_image_file(f)
+            ]
+            if not files:
+                found.append((spec, 'no image file matches this pattern'))
+            for f in files:
+                add(f)
+        else:
+            found.append((spec, 'no such file or folder'))
+    return found
+
+
+def read_image(path):
+    """(array HxW or HxWxC as stored by OpenCV: BGR/BGRA, uint8 or uint16)."""
+    if not osp.isfile(path):
+        raise ImageError('not a file')
+    try:
+        data = np.fromfile(path, dtype=np.uint8)
+    except OSError as err:
+        raise ImageError(f'cannot read: {err.strerror or err}') from None
+    if data.size == 0:
+        raise ImageError('empty file (0 bytes)')
+    img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+    if img is None:
+        raise ImageError('not a readable image (PNG/JPEG/BMP/TIFF expected)')
+    if img.dtype not in (np.uint8, np.uint16):
+        raise ImageError(f'unsupported sample type {img.dtype} (8- or 16-bit integer images only)')
+    if img.ndim == 3 and img.shape[2] == 1:
+        img = img[:, :, 0]
+    if img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] not in (2, 3, 4)):
+        raise ImageError(f'unsupported image layout {img.shape}')
+    if img.shape[0] == 0 or img.shape[1] == 0:
+        raise ImageError('zero-size image')
+    return img
+
+
+def split_image(img):
+    """-> (colour float64 NCHW tensor in [0, 1] (RGB or gray), alpha float64 (1,1,h,w) or None, peak value)."""
+    peak = 65535.0 if img.dtype == np.uint16 else 255.0
+    arr = img.astype(np.float64) / peak
+    alpha = None
+    if arr.ndim == 2:
+        colour = arr[None]
+    elif arr.shape[2] == 2:  # gray + alpha
+        colour, alpha = arr[None, :, :, 0], arr[:, :, 1]
+    else:
+        colour = arr[:, :, 2::-1].transpose(2, 0, 1)  # BGR(A) -> RGB
+        alpha = arr[:, :, 3] if arr.shape[2] == 4 else None
+    colour = torch.from_numpy(np.ascontiguousarray(colour))[None]
+    if alpha is not None:
+        alpha = torch.from_numpy(np.ascontiguousarray(alpha))[None, None]
+    return colour, alpha, peak
+
+
+def to_array(colour, alpha, peak):
+    """Float NCHW (RGB or gray) [+ alpha] -> clipped, rounded HxW[xC] array in OpenCV channel order."""
+    dtype = np.uint16 if peak > 255 else np.uint8
+    chans = colour[0].clamp(0, 1).cpu().numpy()
+    planes = [chans[0]] if chans.shape[0] == 1 else [chans[2], chans[1], chans[0]]
+    if alpha is not None:
+        planes.append(alpha[0, 0].clamp(0, 1).cpu().numpy())
+    arr = np.stack(planes, axis=-1) if len(planes) > 1 else planes[0]
+    return np.rint(arr * peak).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------- models
+_SCALE_IN_NAME = re.compile(r'(?<![a-z0-9])x([1-9])(?![0-9])')
+_MODEL_CACHE = {}  # in-process: the first solve of a model estimates its spectral norms (seconds)
+
+
+def _scale_from_name(path):
+    found = set(_SCALE_IN_NAME.findall(osp.basename(path).lower()))
+    return int(found.pop()) if len(found) == 1 else None
+
+
+def _check_scale(path, what, scale, checkpoint=None):
+    if isinstance(checkpoint, dict) and isinstance(checkpoint.get('scale'), int):
+        trained, how = checkpoint['scale'], 'its "scale" entry'
+    else:
+        trained, how = _scale_from_name(path), 'its file name'
+    if trained is not None and trained != scale:
+        raise UsageError(f'{path}: {what} is for x{trained} (from {how}) but --scale is {scale}')
+
+
+def _one_line(text, limit=300):
+    text = ' '.join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
+def _load_checkpoint(path, what):
+    try:
+        return torch.load(path, map_location='cpu', weights_only=True)
+    except Exception as err:  # pickle, zip and I/O errors all mean the same here
+        raise UsageError(f'{path}: {what} is not a readable PyTorch checkpoint ({_one_line(err, 120)})') from None
+
+
+def load_layer_weights(model, path, scale):
+    """Load an MCNet layer checkpoint strictly, with a one-line error for anything that does not fit."""
+    ckpt = _load_checkpoint(path, 'layer checkpoint')
+    _check_scale(path, 'the layer checkpoint', scale, ckpt)
+    state = ckpt
+    if isinstance(ckpt, dict):
+        for key in ('params', 'params_ema'):
+            if isinstance(ckpt.get(key), dict):
+                state = ckpt[key]
+                break
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        raise UsageError(f'{path}: not an MCNet layer checkpoint (expected a BasicSR {{"params": state_dict}} file)')
+    state = {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    if missing or unexpected or shapes:
+
+        def few(keys):
+            return ', '.join(keys[:3]) + (f' (+{len(keys) - 3} more)' if len(keys) > 3 else '')
+
+        parts = [f'{name}: {few(keys)}' for name, keys in (('missing keys', missing), ('unexpected keys', unexpected),
+                                                         ('shape mismatch', shapes)) if keys]
+        raise UsageError(f'{path}: not an MCNet layer checkpoint for this model ({"; ".join(parts)})')
+    model.load_state_dict(state, strict=True)
+
+
+def _file_key(path):
+    if path is None:
+        return None
+    st = os.stat(path)
+    return (osp.realpath(path), st.st_size, st.st_mtime_ns)
+
+
+def get_model(scale, device, backbone_path=None, weights_path=None):
+    """(model, spectral-norm state): the shipped MCNet at ``scale``, optionally with other weights."""
+    key = (scale, str(device), _file_key(backbone_path), _file_key(weights_path))
+    if key in _MODEL_CACHE:
+        return _MODEL_CACHE[key]
+    if backbone_path is not None:
+        _check_scale(backbone_path, 'the backbone checkpoint', scale)
+        _load_checkpoint(backbone_path, 'backbone checkpoint')  # readable at all? (clear message)
+    try:
+        model = build_pretrained_mcnet(scale, device='cpu', backbone_path=backbone_path)
+    except FileNotFoundError as err:
+        raise UsageError(_one_line(err)) from None
+    except Exception as err:
+        if backbone_path is None:
+            raise
+        raise UsageError(f'{backbone_path}: does not fit the SRCNN backbone ({_one_line(err, 200)})') from None
+    if weights_path is not None:
+        load_layer_weights(model, weights_path, scale)
+    model = model.eval().to(device)
+    with torch.no_grad():
+        model.denoiser.update_spectral_norm()  # first estimate: to convergence (the slow part)
+    # Restored before every image, so that a result does not depend on what the model ran before
+    # (each solve warm-starts the power iteration from these vectors).
+    sn_state = {name: buf.clone() for name, buf in model.denoiser.named_buffers()}
+    if len(_MODEL_CACHE) >= 4:
+        _MODEL_CACHE.pop(next(iter(_MODEL_CACHE)))
+    _MODEL_CACHE[key] = (model, sn_state)
+    return model, sn_state
+
+
+def resolve_device(name):
+    if name == 'auto':
+        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    if name == 'cuda' and not torch.cuda.is_available():
+        raise UsageError('--device cuda: no CUDA device is available')
+    return torch.device(name)
+
+
+# ---------------------------------------------------------------------------------------- tiling
+def conv_radius(module):
+    """Upper bound of the receptive-field radius of a conv net: sum of the convolutions' half-widths."""
+    return sum(((k - 1) // 2) * d for m in module.modules() if isinstance(m, nn.Conv2d)
+               for k, d in [(max(m.kernel_size), max(m.dilation))])
+
+
+def tile_plan(model):
+    """Overlaps in LR pixels: (backbone, denoiser) so that every tile's core output is exact."""
+    s = model.scale
+    r_backbone = conv_radius(model.backbone)
+    if model.backbone_input == 'upsampled':  # MATLAB bicubic upsampling reaches 2-3 LR pixels
+        backbone = math.ceil(r_backbone / s) + 4
+    else:  # convs on LR (HR convs after the upsampler counted as LR: an over-estimate)
+        backbone = r_backbone + 2
+    return backbone, math.ceil(conv_radius(model.denoiser) / s) + 1
+
+
+def tiles(h, w, tile):
+    for y0 in range(0, h, tile):
+        for x0 in range(0, w, tile):
+            yield y0, x0, min(h, y0 + tile), min(w, x0 + tile)
+
+
+def apply_tiled(fn, x, tile, overlap, out_scale=1):
+    """``fn`` on ``tile`` x ``tile`` tiles of ``x`` (last two dims) with ``overlap``, tile cores stitched.
+
+    ``fn`` returns a tensor or a tuple of tensors/None at ``out_scale`` times its input's size.
+    """
+    h, w = x.shape[-2:]
+    s = out_scale
+    outs, is_tuple = None, False
+    for y0, x0, y1, x1 in tiles(h, w, tile):
+        py0, px0, py1, px1 = max(0, y0 - overlap), max(0, x0 - overlap), min(h, y1 + overlap), min(w, x1 + overlap)
+        res = fn(x[..., py0:py1, px0:px1])
+        is_tuple = isinstance(res, tuple)
+        res = res if is_tuple else (res, )
+        if outs is None:
+            outs = [None if r is None else r.new_empty(*r.shape[:-2], h * s, w * s) for r in res]
+        for out, r in zip(outs, res):
+            if out is not None:
+                core = r[..., (y0 - py0) * s:(y1 - py0) * s, (x0 - px0) * s:(x1 - px0) * s]
+                out[..., y0 * s:y1 * s, x0 * s:x1 * s] = core
+    return tuple(outs) if is_tuple else outs[0]
+
+
+class TiledDenoiser(nn.Module):
+    """The layer's denoiser evaluated on HR tiles (exact: overlap >= its receptive field)."""
+
+    def __init__(self, inner, tile, overlap):
+        super().__init__()
+        self.inner, self.tile, self.overlap = inner, tile, overlap
+
+    def update_spectral_norm(self, *args, **kwargs):
+        return self.inner.update_spectral_norm(*args, **kwargs)
+
+    def forward(self, x):
+        return apply_tiled(self.inner, x, self.tile, self.overlap)
+
+
+@contextmanager
+def tiled_denoiser(model, tile_hr, overlap_hr):
+    inner = model.denoiser
+    model.denoiser = TiledDenoiser(inner, tile_hr, overlap_hr)
+    try:
+        yield
+    finally:
+        model.denoiser = inner
+
+
+# ---------------------------------------------------------------------------------------- inference
+def super_resolve(model, colour, tile=None):
+    """MCNet on one image, as :meth:`MCNetArch.forward`, optionally tiled.
+
+    Args:
+        colour (Tensor): (1, 3 or 1, h, w) float64 LR in [0, 1] (RGB or Y) on the model's device.
+        tile (int | None): LR tile size.
+
+    Returns:
+        dict: ``sr`` (float64 result, RGB or Y), ``y`` (its Y), ``w`` / ``cbcr`` (backbone estimate),
+        ``b`` (float64 LR Y), ``eps``, ``stats`` (SolverStats), ``tiles`` (number of tiles).
+    """
+    s = model.scale
+    h, w = colour.shape[-2:]
+    lr = colour.float()
+    b = rgb_to_ycbcr(colour)[:, :1] if colour.shape[1] == 3 else colour  # float64, as forward() passes it
+    n_tiles = 1
+    with torch.no_grad():
+        if tile is None or (tile >= h and tile >= w):
+            w_y, cbcr = model.run_backbone(lr)
+            x = model.solve(w_y, b)
+        else:
+            ov_backbone, ov_denoiser = tile_plan(model)
+            n_tiles = len(list(tiles(h, w, tile)))
+            w_y, cbcr = apply_tiled(model.run_backbone, lr, tile, ov_backbone, out_scale=s)
+            with tiled_denoiser(model, tile * s, ov_denoiser * s):
+                x = model.solve(w_y, b)
+        stats, eps = model.last_stats['forward'], model.last_stats['eps']
+        # solve() ends with P_S in float64 but returns float32; one more exact P_S on the full image
+        # keeps the result in float64, so its consistency is not limited by float32 rounding.
+        y = model.operator.project(x.double(), b, eps)
+        sr = y if cbcr is None else ycbcr_to_rgb(torch.cat([y, cbcr.double()], dim=1))
+    return {'sr': sr, 'y': y, 'w': w_y, 'cbcr': cbcr, 'b': b, 'eps': eps, 'stats': stats, 'tiles': n_tiles}
+
+
+def fidelity(model, img, b):
+    """||A Y(img) - b||_2 in float64, Y in [0, 1]."""
+    img = img.double()
+    y = rgb_to_ycbcr(img)[:, :1] if img.shape[1] == 3 else img
+    return float(model.operator.residual_norm(y, b.double())[0])
+
+
+# ---------------------------------------------------------------------------------------- files
+def write_atomic(path, data, force):
+    """Write bytes under a temporary name in the same folder, then rename; never clobbers without force."""
+    folder, name = osp.split(path)
+    tmp = osp.join(folder, f'.{name}.{os.getpid()}.tmp')
+    try:
+        with open(tmp, 'xb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if not force and osp.lexists(path):
+            raise ImageError(f'{path} already exists (use --force to overwrite)')
+        os.replace(tmp, path)
+    finally:
+        if osp.lexists(tmp):
+            os.remove(tmp)
+
+
+def encode_png(arr):
+    ok, buf = cv2.imencode('.png', arr)
+    if not ok:
+        raise ImageError('PNG encoding failed')
+    return buf.tobytes()
+
+
+def find_gt(gt, input_path, n_inputs):
+    if gt is None:
+        return None
+    if osp.isfile(gt):
+        if n_inputs > 1:
+            raise ImageError(f'--gt {gt} is a single file but several inputs were given; pass a folder')
+        return gt
+    cand = osp.join(gt, osp.basename(input_path))
+    if osp.isfile(cand):
+        return cand
+    stem = osp.splitext(osp.basename(input_path))[0]
+    for ext in IMAGE_EXTENSIONS:
+        for e in (ext, ext.upper()):
+            if osp.isfile(osp.join(gt, stem + e)):
+                return osp.join(gt, stem + e)
+    raise ImageError(f'no ground truth {osp.basename(input_path)} in {gt}')
+
+
+def read_gt(path, out_h, out_w, scale, channels):
+    """GT as uint8 HxW[x3] (BGR; alpha dropped), mod-cropped to the output size."""
+    try:
+        gt = read_image(path)
+    except ImageError as err:
+        raise ImageError(f'ground truth {path}: {err}') from None
+    if gt.dtype == np.uint16:
+        gt = np.rint(gt / 257.0).astype(np.uint8)
+    if gt.ndim == 3:
+        gt = gt[:, :, 0] if gt.shape[2] == 2 else gt[:, :, :3]
+    h, w = gt.shape[:2]
+    if (h, w) != (out_h, out_w):
+        if h // scale * scale == out_h and w // scale * scale == out_w:
+            gt = gt[:out_h, :out_w]  # BasicSR's mod_crop
+        else:
+            raise ImageError(f'ground truth {path} is {w}x{h}, output is {out_w}x{out_h}')
+    gt_channels = 1 if gt.ndim == 2 else 3
+    if gt_channels != channels:
+        raise ImageError(f'ground truth {path} has {gt_channels} colour channel(s), the input {channels}')
+    return np.ascontiguousarray(gt)
+
+
+# ---------------------------------------------------------------------------------------- figure
+def _to_u8_bgr(t):
+    """Float (1, C, H, W) RGB/gray [0, 1] -> uint8 HxWx3 BGR (gray replicated) and the metric image."""
+    arr = np.rint(t[0].clamp(0, 1).cpu().numpy() * 255.0).astype(np.uint8)
+    if arr.shape[0] == 1:
+        return np.repeat(arr[0][:, :, None], 3, axis=2), arr[0]
+    bgr = np.ascontiguousarray(arr[::-1].transpose(1, 2, 0))
+    return bgr, bgr
+
+
+def _crop_box(y_u8, size):
+    """Top-left corner of the ``size`` window with the most detail (gradient energy) in a uint8 image."""
+    img = y_u8.astype(np.float32)
+    energy = np.abs(cv2.Sobel(img, cv2.CV_32F, 1, 0)) + np.abs(cv2.Sobel(img, cv2.CV_32F, 0, 1))
+    h, w = img.shape
+    ch, cw = size
+    win = cv2.boxFilter(energy, -1, (cw, ch), normalize=False, anchor=(0, 0), borderType=cv2.BORDER_CONSTANT)
+    win = win[:h - ch + 1, :w - cw + 1]
+    y0, x0 = np.unravel_index(int(np.argmax(win)), win.shape)
+    return int(y0), int(x0)
+
+
+def _title_bar(text, width, height=26):
+    bar = np.full((height, width, 3), 255, np.uint8)
+    font, scale = cv2.FONT_HERSHEY_SIMPLEX, 0.5
+    while scale > 0.25 and cv2.getTextSize(text, font, scale, 1)[0][0] > width - 6:
+        scale -= 0.05
+    (tw, th), _ = cv2.getTextSize(text, font, scale, 1)
+    cv2.putText(bar, text, (max(3, (width - tw) // 2), (height + th) // 2), font, scale, (0, 0, 0), 1, cv2.LINE_AA)
+    return bar
+
+
+def compose_figure(panels, scale):
+    """panels: [(title, uint8 HxWx3 BGR)], all HxW. Top row: full images; bottom row: zoomed crop."""
+    h, w = panels[0][1].shape[:2]
+    disp_w = min(max(w, 256), 512)
+    disp_h = max(1, round(h * disp_w / w))
+    interp = cv2.INTER_NEAREST if disp_w >= w else cv2.INTER_AREA
+    crop = (max(min(h, 8), min(h, max(16, min(h, w) // 4))), max(min(w, 8), min(w, max(16, min(h, w) // 4))))
+    ref = cv2.cvtColor(panels[2][1], cv2.COLOR_BGR2GRAY)  # the MCNet output
+    cy, cx = _crop_box(ref, crop)
+    zoom_h = max(1, round(crop[0] * disp_w / crop[1]))
+    red = (0, 0, 255)
+    columns = []
+    for title, img in panels:
+        full = cv2.resize(img, (disp_w, disp_h), interpolation=interp)
+        fy, fx = disp_h / h, disp_w / w
+        cv2.rectangle(full, (int(cx * fx), int(cy * fy)),
+                      (int((cx + crop[1]) * fx) - 1, int((cy + crop[0]) * fy) - 1), red, 1)
+        zoom = cv2.resize(img[cy:cy + crop[0], cx:cx + crop[1]], (disp_w, zoom_h), interpolation=cv2.INTER_NEAREST)
+        sep = np.full((4, disp_w, 3), 255, np.uint8)
+        columns.append(np.concatenate([_title_bar(title, disp_w), full, sep, zoom], axis=0))
+    gap = np.full((columns[0].shape[0], 4, 3), 255, np.uint8)
+    row = [columns[0]]
+    for col in columns[1:]:
+        row += [gap, col]
+    return np.concatenate(row, axis=1)
+
+
+def make_figure(model, colour, result, gt_arr, scale):
+    """The comparison figure and the PSNRs {bicubic, backbone, mcnet} (None without GT)."""
+    with torch.no_grad():
+        bicubic = imresize(colour.double(), scale)
+        w, cbcr = result['w'].double(), result['cbcr']
+        backbone = w if cbcr is None else ycbcr_to_rgb(torch.cat([w, cbcr.double()], dim=1))
+    named = [('Bicubic', bicubic), (type(model.backbone).__name__, backbone), ('MCNet', result['sr'])]
+    psnr, panels = {}, []
+    for (title, img), key in zip(named, ('bicubic', 'backbone', 'mcnet')):
+        bgr, metric_img = _to_u8_bgr(img)
+        if gt_arr is not None:
+            psnr[key] = float(calculate_psnr(metric_img, gt_arr, crop_border=scale, test_y_channel=True))
+            title = f'{title} {psnr[key]:.2f} dB'
+        panels.append((title, bgr))
+    if gt_arr is not None:
+        gt_bgr = np.repeat(gt_arr[:, :, None], 3, axis=2) if gt_arr.ndim == 2 else gt_arr
+        panels.append(('Ground truth', gt_bgr))
+    return compose_figure(panels, scale), psnr
+
+
+# ---------------------------------------------------------------------------------------- main loop
+def process_image(row, args, model, sn_state, device, out_names, n_inputs):
+    """Process the input ``row['input']``, filling its summary ``row``; raises on failure."""
+    path = row['input']
+    stem = osp.splitext(osp.basename(path))[0]
+    out_path = osp.join(args.output, f'{stem}_x{args.scale}.png')
+    cmp_path = osp.join(args.output, f'{stem}_compare.png') if args.compare else None
+    for p in filter(None, (out_path, cmp_path)):
+        if p in out_names:
+            raise ImageError(f'output {p} would also be written for {out_names[p]} in this run (same file stem)')
+        if not args.force and osp.lexists(p):
+            raise ImageError(f'{p} already exists (use --force to overwrite)')
+    for p in filter(None, (out_path, cmp_path)):
+        out_names[p] = path
+
+    img = read_image(path)
+    h, w = img.shape[:2]
+    row.update(in_h=h, in_w=w, out_h=h * args.scale, out_w=w * args.scale,
+               channels=1 if img.ndim == 2 else img.shape[2], bit_depth=img.dtype.itemsize * 8)
+    if min(h, w) < MIN_LR_SIDE:
+        raise ImageError(f'image too small ({w}x{h}); at least {MIN_LR_SIDE}x{MIN_LR_SIDE} pixels are needed')
+    gt_path = find_gt(args.gt, path, n_inputs) if args.compare else None
+    colour, alpha, peak = split_image(img)
+    gt_arr = read_gt(gt_path, h * args.scale, w * args.scale, args.scale, colour.shape[1]) if gt_path else None
+
+    for name, buf in model.denoiser.named_buffers():
+        buf.copy_(sn_state[name])
+    colour = colour.to(device)
+    result = super_resolve(model, colour, args.tile)
+    sr = result['sr']
+    if not bool(torch.isfinite(sr).all()):
+        raise ImageError('the result contains NaN/inf values (check the weights)')
+    fid = fidelity(model, sr, result['b'])
+    if alpha is not None:
+        alpha = imresize(alpha.to(device), args.scale).clamp(0, 1)
+    arr = to_array(sr, alpha, peak)
+    saved_colour, _, _ = split_image(arr)
+    stats = result['stats']
+    row.update(tiles=result['tiles'], iterations=int(stats.iterations[0]), solver_residual=float(stats.residual[0]),
+               eps=float(result['eps']), fidelity=fid,
+               fidelity_saved=fidelity(model, saved_colour.to(device), result['b']))
+    if cmp_path:
+        figure, psnr = make_figure(model, colour, result, gt_arr, args.scale)
+        row.update({f'psnr_{k}': v for k, v in psnr.items()})
+        fig_bytes = encode_png(figure)
+    write_atomic(out_path, encode_png(arr), args.force)
+    row['output'] = out_path
+    if cmp_path:
+        write_atomic(cmp_path, fig_bytes, args.force)
+        row['compare'] = cmp_path
+
+
+def write_summary(rows, outdir):
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=SUMMARY_FIELDS, extrasaction='ignore', lineterminator='\n')
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: (f'{v:.6g}' if isinstance(v, float) else v) for k, v in row.items()})
+    path = osp.join(outdir, 'summary.csv')
+    write_atomic(path, buf.getvalue().encode('utf-8'), force=True)
+    return path
+
+
+def _error(msg):
+    print(f'error: {msg}', file=sys.stderr, flush=True)
+
+
+def run(args):
+    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)  # decoder warnings: we report our own
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    inputs = collect_inputs(args.inputs)
+    device = resolve_device(args.device)
+    model, sn_state = get_model(args.scale, device, args.backbone_weights, args.weights)
+    model.eps, model.eps_rms = None, args.eps_rms
+    model.set_solver(forward={'tol': args.tol, 'max_iter': args.iters})
+    os.makedirs(args.output, exist_ok=True)
+
+    rows, failed, out_names = [], 0, {}
+    n_images = sum(err is None for _, err in inputs)
+    bar = tqdm(inputs, desc='mcnet-sr', unit='img', disable=None, file=sys.stderr)
+    for path, err in bar:
+        start = time.perf_counter()
+        row = {'input': path, 'scale': args.scale}
+        rows.append(row)
+        try:
+            if err is not None:
+                raise ImageError(err)
+            process_image(row, args, model, sn_state, device, out_names, n_images)
+        except Exception as exc:  # one image's failure (bad file, out of memory, ...) must not stop the run
+            failed += 1
+            msg = _one_line(exc if isinstance(exc, ImageError) else f'{type(exc).__name__}: {exc}')
+            tqdm.write(f'error: {path}: {msg}', file=sys.stderr)
+            row.update(status='error', error=msg, seconds=time.perf_counter() - start)
+            if device.type == 'cuda':
+                torch.cuda.empty_cache()
+            continue
+        row.update(status='ok', seconds=time.perf_counter() - start)
+        tiles_txt = f', {row["tiles"]} tiles' if row['tiles'] > 1 else ''
+        tqdm.write(f'{path}: {row["in_w"]}x{row["in_h"]} -> {row["out_w"]}x{row["out_h"]}, '
+                   f'{row["iterations"]} iters, residual {row["solver_residual"]:.2e}, '
+                   f'||Ax-b|| {row["fidelity"]:.2e}{tiles_txt}, {row["seconds"]:.2f} s')
+    summary = write_summary(rows, args.output)
+    print(f'{len(rows) - failed} of {len(rows)} image(s) done, {failed} failed; summary: {summary}', flush=True)
+    return 1 if failed else 0
+
+
+def main(argv=None):
+    """Console entry point; returns the exit status (0 ok, 1 some images failed, 2 usage error)."""
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else list(argv))
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except UsageError as err:
+        _error(err)
+        return 2
+    try:
+        return run(args)
+    except UsageError as err:
+        _error(err)
+        return 2
+    except OSError as err:  # e.g. OUTDIR cannot be created or summary.csv cannot be written
+        _error(_one_line(err))
+        return 2
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,295 @@
+"""The ``mcnet-sr`` command-line tool (mcnet_basicsr.inference) on small real photos, CPU.
+
+Every call goes through ``main(argv)`` in-process (models are cached per process, so the slow
+first spectral-norm estimate is paid once per distinct model), except one subprocess run of
+``python -m mcnet_basicsr.inference``. Solvers are loose (``--tol 1e-3``) unless a test needs more.
+"""
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from basicsr.metrics import calculate_psnr
+
+from conftest import REPO_ROOT, sample_photo
+from mcnet_basicsr.inference import get_model, main, super_resolve
+from mcnet_basicsr.ops import imresize
+from mcnet_basicsr.pretrained import weight_path
+
+FAST = ['--tol', '1e-3']
+
+
+@pytest.fixture(autouse=True, scope='module')
+def one_intra_op_thread():
+    """Small tensors: one thread is as fast and immune to OpenMP spin-waits on the shared CPU."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def photo(name, h, w):
+    return sample_photo(name, (h, w))[:, :, ::-1].copy()  # BGR for cv2
+
+
+def write(path, arr):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    assert cv2.imwrite(str(path), arr)
+    return path
+
+
+def read_summary(outdir):
+    with open(Path(outdir) / 'summary.csv', newline='') as f:
+        return {r['input']: r for r in csv.DictReader(f)}
+
+
+def snapshot(folder):
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in Path(folder).iterdir()}
+
+
+def cli(*args):
+    return main([str(a) for a in args])
+
+
+def lr_from(hr_bgr, scale):
+    """LR made as the benchmarks make it: MATLAB bicubic of the HR, rounded to uint8."""
+    t = torch.from_numpy(hr_bgr.astype(np.float64) / 255).permute(2, 0, 1)[None]
+    lr = imresize(t, 1 / scale)[0].permute(1, 2, 0).clamp(0, 1).numpy()
+    return np.rint(lr * 255).astype(np.uint8)
+
+
+# ------------------------------------------------------------------------------------ round trips
+def test_every_input_kind_round_trips(tmp_path, capsys):
+    inp = tmp_path / 'in'
+    rgb = photo('astronaut', 32, 40)
+    gray = cv2.cvtColor(photo('camera', 36, 28), cv2.COLOR_BGR2GRAY)
+    yy, xx = np.mgrid[0:30, 0:34]
+    alpha = np.clip(255 * (xx / 33.0) * (yy / 29.0) + 20, 0, 255).astype(np.uint8)
+    files = {
+        'rgb8.png': rgb,
+        'rgb16.png': photo('coffee', 30, 26).astype(np.uint16) * 257 + 100,
+        'gray.png': gray,
+        'rgba.png': np.dstack([photo('chelsea', 30, 34), alpha]),
+        'photo.jpg': photo('rocket', 28, 32),
+        'photo16.tif': photo('coffee', 26, 30).astype(np.uint16) * 257,
+    }
+    for name, arr in files.items():
+        write(inp / 'sub' / name if name.endswith('.tif') else inp / name, arr)
+    out = tmp_path / 'out'
+    # a folder, a glob and an explicit file (the TIFF, in a sub-folder)
+    code = cli(inp, str(inp / 'rgb*.png'), inp / 'sub' / 'photo16.tif', '-o', out, '--scale', 2, *FAST)
+    assert code == 0
+    stdout = capsys.readouterr().out
+    rows = {Path(k).name: r for k, r in read_summary(out).items()}
+    assert set(rows) == set(files)
+    model, _ = get_model(2, torch.device('cpu'))
+    for name, src in files.items():
+        stem = Path(name).stem
+        res = cv2.imread(str(out / f'{stem}_x2.png'), cv2.IMREAD_UNCHANGED)
+        if name.endswith('.jpg'):
+            src = cv2.imread(str(inp / name), cv2.IMREAD_UNCHANGED)  # compare with what was decoded
+        assert res.dtype == src.dtype, name
+        assert res.shape[:2] == (2 * src.shape[0], 2 * src.shape[1]), name
+        assert res.ndim == src.ndim and (res.ndim == 2 or res.shape[2] == src.shape[2]), name
+        row = rows[name]
+        assert row['status'] == 'ok' and row['error'] == ''
+        assert float(row['fidelity']) <= 1e-5, (name, row['fidelity'])
+        assert int(row['out_h']) == 2 * src.shape[0] and int(row['bit_depth']) == src.dtype.itemsize * 8
+        assert f'{2 * src.shape[1]}x{2 * src.shape[0]}' in stdout and '||Ax-b||' in stdout
+    assert not [p for p in out.iterdir() if p.name.startswith('.')]  # no temp files left
+
+    # colour / gray outputs are MCNetArch.forward's (up to the output's rounding)
+    model.set_solver(forward={'tol': 1e-3, 'max_iter': 100})
+    for name, chans in (('rgb8.png', 3), ('gray.png', 1)):
+        src = files[name]
+        lr = src[:, :, ::-1] if chans == 3 else src[:, :, None]
+        lr = torch.from_numpy(lr.astype(np.float32) / 255).permute(2, 0, 1)[None]
+        with torch.no_grad():
+            ref = model(lr)[0].clamp(0, 1).permute(1, 2, 0).numpy()
+        res = cv2.imread(str(out / f'{Path(name).stem}_x2.png'), cv2.IMREAD_UNCHANGED).astype(np.float64) / 255
+        res = res[:, :, ::-1] if chans == 3 else res[:, :, None]
+        assert np.abs(res - ref).max() <= 1.5 / 255, name
+    # alpha: MATLAB bicubic, clipped
+    res = cv2.imread(str(out / 'rgba_x2.png'), cv2.IMREAD_UNCHANGED)
+    ref = imresize(torch.from_numpy(alpha / 255.0)[None, None], 2)[0, 0].clamp(0, 1).numpy()
+    assert np.abs(res[:, :, 3] / 255.0 - ref).max() <= 0.5 / 255 + 1e-9
+
+
+# ------------------------------------------------------------------------------------ bad input
+def test_bad_inputs_are_reported_and_others_still_written(tmp_path, capsys):
+    inp, out = tmp_path / 'in', tmp_path / 'out'
+    good = write(inp / 'good.png', photo('astronaut', 24, 24))
+    exists = write(inp / 'exists.png', photo('coffee', 24, 24))
+    tiny = write(inp / 'tiny.png', photo('coffee', 3, 3))
+    notimg = inp / 'notes.png'
+    notimg.write_text('this is not an image\n')
+    empty = inp / 'empty.png'
+    empty.write_bytes(b'')
+    truncated = inp / 'truncated.png'
+    truncated.write_bytes(good.read_bytes()[:60])
+    dup = write(inp / 'dup' / 'good.png', photo('rocket', 24, 24))  # same stem as good.png
+    missing = inp / 'missing.png'
+    out.mkdir()
+    (out / 'exists_x2.png').write_bytes(b'precious')
+    before = snapshot(out)
+
+    code = cli(good, exists, tiny, notimg, empty, truncated, dup, missing, str(inp / 'nothing*.png'), '-o', out,
+               '--scale', 2, *FAST)
+    assert code == 1
+    err = capsys.readouterr().err
+    err_lines = [line for line in err.splitlines() if line.startswith('error:')]
+    expect = {exists: 'already exists', tiny: 'too small', notimg: 'not a readable image', empty: 'empty',
+              truncated: 'not a readable image', dup: 'same file stem', missing: 'no such file',
+              inp / 'nothing*.png': 'no image file matches'}
+    for path, what in expect.items():
+        assert any(str(path) in line and what in line for line in err_lines), (path, what, err)
+    assert len(err_lines) == len(expect)
+
+    assert (out / 'exists_x2.png').read_bytes() == b'precious'
+    assert (out / 'exists_x2.png').stat().st_mtime_ns == before['exists_x2.png'][1]
+    assert (out / 'good_x2.png').is_file()
+    assert sorted(p.name for p in out.iterdir()) == ['exists_x2.png', 'good_x2.png', 'summary.csv']
+    rows = read_summary(out)
+    assert rows[str(good)]['status'] == 'ok'
+    assert rows[str(tiny)]['in_h'] == '3' and 'too small' in rows[str(tiny)]['error']
+    with open(out / 'summary.csv', newline='') as f:
+        errors = [r for r in csv.DictReader(f) if r['status'] == 'error']
+    assert len(errors) == len(expect) and all(r['error'] for r in errors)
+
+    # --force overwrites, atomically
+    assert cli(exists, '-o', out, '--scale', 2, '--force', *FAST) == 0
+    assert cv2.imread(str(out / 'exists_x2.png')).shape == (48, 48, 3)
+
+
+def _one_error_line(err):
+    lines = [line for line in err.strip().splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith('error: '), err
+    return lines[0]
+
+
+def test_usage_and_weight_errors_touch_nothing(tmp_path, capsys):
+    img = write(tmp_path / 'in' / 'a.png', photo('astronaut', 24, 24))
+    out = tmp_path / 'out'
+    out.mkdir()
+    (out / 'a_x2.png').write_bytes(b'precious')
+    before = snapshot(out)
+    junk = tmp_path / 'junk.pth'
+    junk.write_text('not a checkpoint')
+    cases = [
+        (['--scale', 5], 'unsupported scale 5'),
+        (['--scale', 2, '--weights', tmp_path / 'nope.pth'], 'nope.pth'),
+        (['--scale', 2, '--weights', weight_path('srcnn_x2.pth')], 'not an MCNet layer checkpoint'),
+        (['--scale', 2, '--weights', weight_path('mcnet_srcnn_x3.pth')], 'x3'),
+        (['--scale', 2, '--weights', junk], 'not a readable PyTorch checkpoint'),
+        (['--scale', 2, '--backbone-weights', weight_path('mcnet_srcnn_x2.pth')], 'does not fit the SRCNN backbone'),
+        (['--scale', 2, '--backbone-weights', weight_path('srcnn_x4.pth')], 'x4'),
+        (['--scale', 2, '--tile', 2], '--tile'),
+        (['--scale', 2, '--gt', tmp_path / 'a.png'], '--gt'),
+    ]
+    for extra, what in cases:
+        code = cli(img, '-o', out, '--force', *extra)
+        line = _one_error_line(capsys.readouterr().err)
+        assert code == 2 and what in line, (extra, line)
+        assert snapshot(out) == before
+    assert main(['--help']) == 0
+
+
+def test_nan_result_is_an_error_and_overwrites_nothing(tmp_path, capsys):
+    state = torch.load(weight_path('mcnet_srcnn_x2.pth'), map_location='cpu')
+    state['params']['log_beta'] = torch.tensor(float('nan'))
+    bad = tmp_path / 'nan_layer.pth'
+    torch.save(state, bad)
+    img = write(tmp_path / 'in' / 'a.png', photo('astronaut', 24, 24))
+    out = tmp_path / 'out'
+    out.mkdir()
+    (out / 'a_x2.png').write_bytes(b'precious')
+    before = snapshot(out)
+    code = cli(img, '-o', out, '--scale', 2, '--weights', bad, '--force', '--iters', 3)
+    err = capsys.readouterr().err
+    assert code == 1 and 'NaN' in _one_error_line(err) and str(img) in err
+    assert (out / 'a_x2.png').read_bytes() == b'precious'
+    assert snapshot(out)['a_x2.png'] == before['a_x2.png']
+    assert read_summary(out)[str(img)]['status'] == 'error'
+
+
+# ------------------------------------------------------------------------------------ tiling
+@pytest.mark.parametrize('scale', [2, 3])
+def test_tiled_matches_untiled_and_is_consistent(tmp_path, scale):
+    h, w = 45, 52  # not multiples of the tile: ragged last tiles
+    lr8 = photo('coffee', h, w)
+    lr16 = lr8.astype(np.uint16) * 257
+    img = write(tmp_path / 'in' / 'c.png', lr16)
+    results = {}
+    for tile in (None, 16):
+        out = tmp_path / f'out_{tile}'
+        extra = [] if tile is None else ['--tile', tile]
+        assert cli(img, '-o', out, '--scale', scale, '--tol', '1e-4', *extra) == 0
+        row = read_summary(out)[str(img)]
+        assert float(row['fidelity']) <= 1e-5
+        assert int(row['tiles']) == (1 if tile is None else 3 * 4)  # ceil(45/16) x ceil(52/16)
+        results[tile] = cv2.imread(str(out / f'c_x{scale}.png'), cv2.IMREAD_UNCHANGED).astype(np.float64) / 65535
+    assert results[16].shape == (scale * h, scale * w, 3)
+    assert np.abs(results[16] - results[None]).max() <= 1e-3 + 1 / 65535
+
+    # the float results themselves
+    model, sn = get_model(scale, torch.device('cpu'))
+    model.set_solver(forward={'tol': 1e-4, 'max_iter': 100})
+    lr = torch.from_numpy(lr8[:, :, ::-1] / 255.0).permute(2, 0, 1)[None].contiguous()
+    res = {}
+    for tile in (None, 16, 9):
+        for name, buf in model.denoiser.named_buffers():
+            buf.copy_(sn[name])
+        res[tile] = super_resolve(model, lr, tile)
+        y = res[tile]['y']
+        assert float(model.operator.residual_norm(y, res[tile]['b'])[0]) <= 1e-5
+    for tile in (16, 9):
+        assert (res[tile]['sr'] - res[None]['sr']).abs().max() <= 1e-3
+        assert (res[tile]['w'] - res[None]['w']).abs().max() <= 1e-5  # the backbone tiles are exact
+
+
+# ------------------------------------------------------------------------------------ figures
+def test_compare_figure_with_and_without_gt(tmp_path):
+    hr = photo('astronaut', 96, 84)
+    lr = lr_from(hr, 2)
+    img = write(tmp_path / 'lr' / 'astro.png', lr)
+    write(tmp_path / 'gt' / 'astro.png', hr)
+    out = tmp_path / 'out'
+    assert cli(img, '-o', out, '--scale', 2, '--compare', '--gt', tmp_path / 'gt', *FAST) == 0
+    fig = cv2.imread(str(out / 'astro_compare.png'))
+    assert fig is not None and fig.shape[1] >= 4 * 256 and fig.shape[0] > 256 * 96 / 84 + 256
+    row = read_summary(out)[str(img)]
+    psnr = {k: float(row[f'psnr_{k}']) for k in ('bicubic', 'backbone', 'mcnet')}
+    assert all(20 < v < 60 for v in psnr.values()), psnr
+    sr = cv2.imread(str(out / 'astro_x2.png'))
+    assert psnr['mcnet'] == pytest.approx(calculate_psnr(sr, hr, crop_border=2, test_y_channel=True), abs=1e-4)
+
+    out2 = tmp_path / 'out2'
+    assert cli(img, '-o', out2, '--scale', 2, '--compare', *FAST) == 0
+    fig2 = cv2.imread(str(out2 / 'astro_compare.png'))
+    assert fig2.shape[1] < fig.shape[1] and fig2.shape[1] >= 3 * 256
+    assert read_summary(out2)[str(img)]['psnr_mcnet'] == ''
+
+
+# ------------------------------------------------------------------------------------ packaging
+def test_python_dash_m_runs(tmp_path):
+    img = write(tmp_path / 'in' / 'a.png', photo('chelsea', 24, 28))
+    out = tmp_path / 'out'
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join(
+        [str(REPO_ROOT)] + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])))
+    proc = subprocess.run([sys.executable, '-m', 'mcnet_basicsr.inference', str(img), '-o', str(out), '--scale', '2',
+                           '--threads', '1', *FAST], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert cv2.imread(str(out / 'a_x2.png')).shape == (48, 56, 3)
+    assert 'a.png: 28x24 -> 56x48' in proc.stdout
+
+
+def test_console_script_declared():
+    assert "'mcnet-sr=mcnet_basicsr.inference:main'" in (REPO_ROOT / 'setup.py').read_text()
