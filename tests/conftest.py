@@ -44,3 +44,14 @@ def sample_photo(name, size=None):
 @pytest.fixture
 def shared():
     return shared_path()
+
+
+@pytest.fixture(autouse=True, scope='session')
+def one_intra_op_thread():
+    """Test tensors are small: one thread is as fast, and immune to the OpenMP spin-waits that make
+    multi-threaded tiny ops 10-100x slower when other processes share the (2-core) machine."""
+    import torch
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

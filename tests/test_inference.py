@@ -26,13 +26,6 @@ from mcnet_basicsr.pretrained import weight_path
 FAST = ['--tol', '1e-3']
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_intra_op_thread():
-    """Small tensors: one thread is as fast and immune to OpenMP spin-waits on the shared CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def photo(name, h, w):

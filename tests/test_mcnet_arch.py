@@ -24,14 +24,6 @@ OPERATOR = {'type': 'bicubic', 'scale': SCALE}
 AUTHORS_DNCNN = SHARED / 'weights' / 'sr_mcnet_official' / 'dncnn6_realsn_relu' / 'sigma_0.00625_0.01250.pth'
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_intra_op_thread():
-    """These tensors are small: one thread is as fast, and immune to the OpenMP spin-waits that make
-    multi-threaded tiny ops 10-100x slower when other processes share the (2-core) machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope='module')

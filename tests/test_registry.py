@@ -22,14 +22,6 @@ from mcnet_basicsr.utils.color import rgb_to_ycbcr
 ARCHS = ('DnCNN', 'SRCNN', 'RDN', 'MCNetArch')
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_intra_op_thread():
-    """These tensors are small: one thread is as fast, and immune to the OpenMP spin-waits that make
-    multi-threaded tiny ops 10-100x slower when other processes share the (2-core) machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_import_registers_every_name():
