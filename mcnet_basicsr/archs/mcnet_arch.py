@@ -41,6 +41,38 @@ class _Frozen:
         self.module = module
 
 
+def check_backbone_options(backbone_input, backbone_channels, backbone_dtype):
+    """Validate the backbone options shared by MCNetArch and the TVTV baseline."""
+    if backbone_input not in ('lr', 'upsampled'):
+        raise ValueError(f"backbone_input must be 'lr' or 'upsampled', got {backbone_input!r}.")
+    if backbone_channels not in (1, 3):
+        raise ValueError(f'backbone_channels must be 1 or 3, got {backbone_channels}.')
+    if backbone_dtype not in _DTYPES:
+        raise ValueError(f'backbone_dtype must be one of {sorted(k for k in _DTYPES if k)}, got {backbone_dtype!r}.')
+
+
+def check_eps_options(eps, eps_rms):
+    """Validate the consistency radius options (``eps`` or ``eps_rms``) shared with the baselines."""
+    if eps is not None and eps_rms is not None:
+        raise ValueError(f'Give either eps or eps_rms, not both (got eps={eps!r}, eps_rms={eps_rms!r}).')
+    for name, value in (('eps', eps), ('eps_rms', eps_rms)):
+        if value is not None and value < 0:
+            raise ValueError(f'{name} must be >= 0, got {value}.')
+
+
+def build_frozen_backbone(backbone, backbone_path=None, param_key='params', owner='MCNetArch'):
+    """Build a backbone from ``network_g``-style options, load it, freeze it (eval, no grad): a :class:`_Frozen`."""
+    net = build_network(deepcopy(backbone))
+    if backbone_path is not None:
+        load_backbone_weights(net, backbone_path, param_key)
+    else:
+        get_root_logger().warning(f'{owner}: no backbone_path given; the backbone keeps its initial weights.')
+    net.eval()
+    for p in net.parameters():
+        p.requires_grad_(False)
+    return _Frozen(net)
+
+
 @ARCH_REGISTRY.register()
 class MCNetArch(nn.Module):
     """MCNet: a frozen SR backbone followed by a measurement-consistent implicit layer.
@@ -108,17 +140,8 @@ class MCNetArch(nn.Module):
                  solver=None,
                  allow_tf32=False):
         super().__init__()
-        if backbone_input not in ('lr', 'upsampled'):
-            raise ValueError(f"backbone_input must be 'lr' or 'upsampled', got {backbone_input!r}.")
-        if backbone_channels not in (1, 3):
-            raise ValueError(f'backbone_channels must be 1 or 3, got {backbone_channels}.')
-        if backbone_dtype not in _DTYPES:
-            raise ValueError(f'backbone_dtype must be one of {sorted(k for k in _DTYPES if k)}, got {backbone_dtype!r}.')
-        if eps is not None and eps_rms is not None:
-            raise ValueError(f'Give either eps or eps_rms, not both (got eps={eps!r}, eps_rms={eps_rms!r}).')
-        for name, value in (('eps', eps), ('eps_rms', eps_rms)):
-            if value is not None and value < 0:
-                raise ValueError(f'{name} must be >= 0, got {value}.')
+        check_backbone_options(backbone_input, backbone_channels, backbone_dtype)
+        check_eps_options(eps, eps_rms)
         if not rho > 0:
             raise ValueError(f'rho must be > 0, got {rho}.')
         if not beta_init > 0:
@@ -128,15 +151,7 @@ class MCNetArch(nn.Module):
             torch.backends.cudnn.allow_tf32 = False
             torch.backends.cuda.matmul.allow_tf32 = False
 
-        net = build_network(deepcopy(backbone))
-        if backbone_path is not None:
-            load_backbone_weights(net, backbone_path, backbone_param_key)
-        elif backbone_path is None:
-            get_root_logger().warning('MCNetArch: no backbone_path given; the backbone keeps its initial weights.')
-        net.eval()
-        for p in net.parameters():
-            p.requires_grad_(False)
-        self._backbone = _Frozen(net)
+        self._backbone = build_frozen_backbone(backbone, backbone_path, backbone_param_key, owner='MCNetArch')
         self.backbone_input = backbone_input
         self.backbone_channels = backbone_channels
         self.backbone_dtype = _DTYPES[backbone_dtype]

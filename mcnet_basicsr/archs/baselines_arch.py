@@ -1,0 +1,367 @@
+"""Baselines of the MCNet paper's tables: bicubic upsampling, PnP-ADMM and TV-TV post-processing.
+
+All three share MCNet's pieces: the operators and their exact projection (``mcnet_basicsr.ops``),
+the colour handling (Y from BT.601, Cb/Cr from the backbone or from bicubic upsampling), MCNet's
+ADMM map (PnP is that map with ``beta = 0``), MCNet's frozen-backbone handling (TV-TV) and the
+solver statistics type (``mcnet_basicsr.deq.SolverStats``, so ``scripts/evaluate.py`` reports
+iterations for them as for MCNet). None of them learns anything: BasicSR's ``SRModel`` runs them
+without ``pretrain_network_g``.
+"""
+import torch
+import torch.nn.functional as F
+from basicsr.utils.registry import ARCH_REGISTRY
+from torch import nn
+
+from mcnet_basicsr.deq import SolverStats
+from mcnet_basicsr.ops import build_operator, imresize
+from mcnet_basicsr.utils.color import rgb_to_ycbcr, ycbcr_to_rgb
+
+from .dncnn_arch import DnCNN, load_dncnn
+from .mcnet_arch import _DTYPES, MCNetArch, build_frozen_backbone, check_backbone_options, check_eps_options
+
+_TV_KINDS = ('anisotropic', 'isotropic')
+
+
+def _check_lr(name, lr):
+    if lr.dim() != 4 or lr.shape[1] not in (1, 3):
+        raise ValueError(f'{name} expects LR images (N, 1 or 3, h, w); got shape {tuple(lr.shape)}.')
+
+
+def _check_iterations(iterations):
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise ValueError(f'iterations must be a positive int, got {iterations!r}.')
+
+
+def _luma(lr):
+    """Measurements ``b``: Y of the LR image in float64 (as MCNetArch.forward), or the 1-channel LR itself."""
+    lr64 = lr.double()
+    return rgb_to_ycbcr(lr64)[:, :1] if lr.shape[1] == 3 else lr64
+
+
+def _with_chroma(y, cbcr):
+    return y if cbcr is None else ycbcr_to_rgb(torch.cat([y, cbcr], dim=1))
+
+
+def _final_projection(operator, x, b64, eps):
+    """Project an iterate that is in S already once more in float64 (as MCNetArch.solve): float32 rounding
+    of a projection leaves ``||A x - b||`` at ~1e-4 on large images; this brings it to ~1e-6."""
+    if x.dtype == torch.float64:
+        return operator.project(x, b64, eps)
+    return operator.project(x.double(), b64, eps).to(x.dtype)
+
+
+def _stats(iterations, n, residual, trace, device):
+    """SolverStats of a fixed-iteration run (every sample ran ``iterations`` steps; none 'converged')."""
+    return SolverStats(iterations=torch.full((n, ), iterations, dtype=torch.long, device=device),
+                       residual=residual, converged=torch.zeros(n, dtype=torch.bool, device=device), trace=trace,
+                       nfe=iterations)
+
+
+@ARCH_REGISTRY.register()
+class Bicubic(nn.Module):
+    """MATLAB bicubic upsampling (``imresize(lr, scale)``) of every channel: the paper's bicubic row.
+
+    Args:
+        scale (int): Upsampling factor.
+    """
+
+    def __init__(self, scale):
+        super().__init__()
+        if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+            raise ValueError(f'scale must be a positive int, got {scale!r}.')
+        self.scale = scale
+
+    def extra_repr(self):
+        return f'scale={self.scale}'
+
+    def forward(self, lr):
+        _check_lr('Bicubic', lr)
+        return imresize(lr, self.scale)
+
+
+@ARCH_REGISTRY.register()
+class PnPADMM(nn.Module):
+    """The paper's PnP baseline: MCNet's ADMM iteration with ``beta = 0`` and no backbone.
+
+    On Y (BT.601; Cb/Cr are the MATLAB-bicubic-upsampled LR chroma, 1-channel input is Y), with
+    ``b`` the LR Y and ``S = {x : ||A x - b||_2 <= eps}``, from ``x0 = P_S(bicubic(b))``, ``lam0 = 0``::
+
+        u = R(x + lam);  x+ = P_S(u - lam);  lam+ = lam + x+ - u
+
+    (:meth:`MCNetArch.fixed_point_map` itself, with ``beta = 0``; ``rho`` then cancels, so the
+    iterates do not depend on it). With ``beta = 0`` nothing guarantees a fixed point (with the MCNet
+    authors' DnCNN6, PSNR peaks after 20-50 iterations and then drifts down), so this runs a FIXED
+    number of plain iterations (no Anderson, no stopping rule) and returns the last ``x``, which is in
+    ``S`` exactly (up to rounding, after a final float64 projection).
+
+    The paper's PnP used a 17-layer DnCNN with real spectral normalisation (Ryu et al. 2019); those
+    weights are not available here. The option files use Ryu et al.'s plain DnCNN17 (BatchNorm, no
+    spectral normalisation) instead, so our PnP row is not the paper's denoiser. The denoiser is
+    frozen and always in eval mode (BatchNorm with running statistics), whatever ``train()`` says.
+
+    Settings of the option files (chosen on Set5 x2, mean Y-PSNR by iteration 0/5/10/20/30/60,
+    iteration 0 being ``P_S(bicubic)``): DnCNN_noise5 34.93/36.69/37.02/37.19/37.22/37.24 (still
+    rising), DnCNN_noise15 34.93/37.37/37.44/37.44/37.44/37.45 (flat from 10 on), DnCNN_noise40
+    34.93/37.19/37.38/37.42/37.42/37.42 (oscillating by 0.01 dB): noise15, 30 iterations. Checked at
+    x4 (iterations 0/10/30/40): noise15 29.24/30.83/30.96/30.96 (rising by < 0.01 dB per 10
+    iterations), noise40 29.24/30.90/30.85/30.84 (peak at 9 iterations, then drifting down).
+
+    ``last_stats['forward']`` is a :class:`~mcnet_basicsr.deq.SolverStats` (``iterations`` per
+    sample, the relative change ``||F(z) - z|| / ||F(z)||`` of the last step as ``residual``).
+
+    Args:
+        operator (dict): Measurement operator options, e.g. ``{type: bicubic, scale: 2}``.
+        denoiser (dict | None): Options of :class:`DnCNN`. Default: DnCNN17 with BatchNorm, no
+            spectral normalisation (the layout of Ryu et al.'s weights).
+        denoiser_path (str | None): Denoiser checkpoint (any layout ``load_dncnn`` accepts).
+            Default: None (random weights; only for tests).
+        iterations (int): Number of ADMM iterations. Default: 30.
+        rho (float): ADMM penalty, > 0; no effect with ``beta = 0`` (kept so that the map is
+            MCNet's). Default: 1.0.
+        eps (float | None): Radius of the consistency ball (Y in [0, 1], per image). Default: None.
+        eps_rms (float | None): The same per LR pixel (``eps = eps_rms * sqrt(#LR pixels)``). Give at
+            most one of ``eps``/``eps_rms``; neither means exact consistency (eps = 0).
+    """
+
+    beta = 0.0
+    # MCNet's pieces, used as they are: the ADMM map (with beta = 0) and the eps convention
+    fixed_point_map = MCNetArch.fixed_point_map
+    consistency_radius = MCNetArch.consistency_radius
+
+    def __init__(self, operator, denoiser=None, denoiser_path=None, iterations=30, rho=1.0, eps=None, eps_rms=None):
+        super().__init__()
+        check_eps_options(eps, eps_rms)
+        _check_iterations(iterations)
+        if not rho > 0:
+            raise ValueError(f'rho must be > 0, got {rho}.')
+        self.operator = build_operator(dict(operator))
+        self.scale = self.operator.scale
+        self.eps, self.eps_rms, self.rho, self.iterations = eps, eps_rms, float(rho), iterations
+        opts = dict(depth=17, batch_norm=True, spectral_norm=False)
+        opts.update(denoiser or {})
+        self.denoiser = DnCNN(**opts)
+        if denoiser_path is not None:
+            load_dncnn(self.denoiser, denoiser_path)
+        self.denoiser.auto_update_spectral_norm = False  # estimated once per solve, as in MCNet
+        for p in self.denoiser.parameters():
+            p.requires_grad_(False)
+        self.denoiser.eval()
+        self.last_stats = None
+
+    def train(self, mode=True):
+        super().train(mode)
+        self.denoiser.eval()  # frozen: BatchNorm must keep its running statistics
+        return self
+
+    def extra_repr(self):
+        eps = f'eps_rms={self.eps_rms}' if self.eps_rms is not None else f'eps={self.eps or 0.0}'
+        return f'scale={self.scale}, operator={self.operator!r}, {eps}, iterations={self.iterations}'
+
+    @torch.no_grad()
+    def solve(self, b, iterations=None):
+        """PnP-ADMM on measurements ``b`` (N, C, h, w) (float64 is fine): the last iterate ``x`` (float32)."""
+        iterations = self.iterations if iterations is None else iterations
+        _check_iterations(iterations)
+        b64 = b.double()
+        b = b.to(next(self.denoiser.parameters()).dtype)
+        eps = self.consistency_radius(b)
+        self.denoiser.update_spectral_norm()
+        x = self.operator.project(imresize(b, self.scale), b, eps)
+        f = self.fixed_point_map(x, b, eps)  # w = x only sets the channel count: beta = 0
+        z = torch.cat([x, torch.zeros_like(x)], dim=1)
+        trace = []
+        for _ in range(iterations):
+            z_new = f(z)
+            trace.append((z_new - z).flatten(1).norm(dim=1) / (z_new.flatten(1).norm(dim=1) + 1e-12))
+            z = z_new
+        self.last_stats = {'forward': _stats(iterations, z.shape[0], trace[-1], trace, z.device), 'eps': eps}
+        return _final_projection(self.operator, z[:, :x.shape[1]], b64, eps)
+
+    def forward(self, lr):
+        _check_lr('PnPADMM', lr)
+        b = _luma(lr)
+        cbcr = imresize(rgb_to_ycbcr(lr)[:, 1:], self.scale) if lr.shape[1] == 3 else None
+        return _with_chroma(self.solve(b).to(lr.dtype), cbcr)
+
+
+# ---------------------------------------------------------------------------------------- TV-TV
+def _grad(x):
+    """Forward differences with Neumann boundary (last difference 0): (N, C, H, W) -> (N, 2C, H, W) [rows; cols]."""
+    dv = F.pad(x[..., 1:, :] - x[..., :-1, :], (0, 0, 0, 1))
+    dh = F.pad(x[..., :, 1:] - x[..., :, :-1], (0, 1, 0, 0))
+    return torch.cat([dv, dh], dim=1)
+
+
+def _grad_adjoint(d):
+    """Exact adjoint of :func:`_grad`."""
+    c = d.shape[1] // 2
+    dv, dh = d[:, :c], d[:, c:]
+    dv_in, dh_in = dv[..., :-1, :], dh[..., :, :-1]
+    adj_v = F.pad(dv_in, (0, 0, 1, 0)) - F.pad(dv_in, (0, 0, 0, 1))
+    return adj_v + F.pad(dh_in, (1, 0, 0, 0)) - F.pad(dh_in, (0, 1, 0, 0))
+
+
+def _shrink(v, t, kind):
+    """Prox of ``t * ||.||_1`` (anisotropic) or of ``t * sum_pixels ||(dv, dh)||_2`` (isotropic)."""
+    if kind == 'anisotropic':
+        return torch.sign(v) * (v.abs() - t).clamp_min(0)
+    c = v.shape[1] // 2
+    mag = (v[:, :c].square() + v[:, c:].square()).sqrt().repeat(1, 2, 1, 1)
+    return v * (1 - t / mag.clamp_min(1e-30)).clamp_min(0)
+
+
+def _tv(x, kind):
+    d = _grad(x)
+    if kind == 'anisotropic':
+        return d.abs().flatten(1).sum(1)
+    c = d.shape[1] // 2
+    return (d[:, :c].square() + d[:, c:].square()).sqrt().flatten(1).sum(1)
+
+
+class _NeumannSolver:
+    """``(I + k D^T D)^{-1}`` for the Neumann-boundary gradient D, exactly, by FFT.
+
+    ``D^T D`` is the Neumann Laplacian, which the DCT-II diagonalises. Equivalently: the periodic
+    Laplacian of the half-sample mirror extension (2H x 2W) of an image equals the Neumann Laplacian
+    on the image, and the periodic system maps mirror-symmetric right-hand sides to mirror-symmetric
+    solutions; so the solve is one rfft2/irfft2 pair on the extension.
+    """
+
+    def __init__(self, h, w, k, dtype, device):
+        fy = torch.arange(2 * h, dtype=torch.float64, device=device)
+        fx = torch.arange(w + 1, dtype=torch.float64, device=device)
+        lap = (2 - 2 * torch.cos(torch.pi * fy / h))[:, None] + (2 - 2 * torch.cos(torch.pi * fx / w))[None, :]
+        self.inv = (1.0 / (1.0 + k * lap)).to(dtype)
+        self.h, self.w = h, w
+
+    def __call__(self, r):
+        ext = torch.cat([r, r.flip(-2)], dim=-2)
+        ext = torch.cat([ext, ext.flip(-1)], dim=-1)
+        sol = torch.fft.irfft2(torch.fft.rfft2(ext) * self.inv, s=ext.shape[-2:])
+        return sol[..., :self.h, :self.w]
+
+
+@ARCH_REGISTRY.register()
+class TVTV(nn.Module):
+    """TV-TV post-processing of a frozen SR backbone (Vella & Mota), with our exact projection.
+
+    On Y (colour exactly as :class:`MCNetArch`: Cb/Cr from the backbone or from the bicubic-upsampled
+    LR, 1-channel input is Y), with the backbone's estimate ``w`` and the LR Y ``b``::
+
+        minimise  TV(x) + beta TV(x - w)   subject to  ||A x - b||_2 <= eps   (eps = 0: A x = b)
+
+    TV is anisotropic (``||D x||_1``) or isotropic, D = forward differences with Neumann boundary.
+    Solved by ADMM on the splitting ``z = x`` (z in S), ``d1 = D x``, ``d2 = D x - D w``, one penalty
+    ``rho`` for all three, scaled duals ``(u0, u1, u2)``; every step is closed form::
+
+        x  = (I + 2 D^T D)^{-1} [z - u0 + D^T (d1 - u1) + D^T (d2 + D w - u2)]     (exact, by FFT)
+        z  = P_S(x + u0)                                   (the exact projection of mcnet_basicsr.ops)
+        d1 = shrink(D x + u1, 1 / rho);  d2 = shrink(D x - D w + u2, beta / rho)
+        u0 += x - z;  u1 += D x - d1;  u2 += D x - D w - d2
+
+    started from ``x = z = P_S(w)``, ``d1 = D x``, ``d2 = D(x - w)``, zero duals. It runs a fixed
+    number of iterations and returns the last ``z``, which is in ``S`` exactly (up to rounding, after a
+    final float64 projection). ``last_stats['forward']`` is a :class:`~mcnet_basicsr.deq.SolverStats`
+    with ``residual`` = the relative primal residual ``||x - z|| / ||z||`` of the last iteration.
+
+    Args:
+        backbone (dict): BasicSR ``network_g``-style options of the frozen SR network.
+        operator (dict): Measurement operator options, e.g. ``{type: bicubic, scale: 2}``.
+        backbone_path, backbone_param_key, backbone_input, backbone_channels, backbone_dtype: As for
+            :class:`MCNetArch`.
+        beta (float): Weight of ``TV(x - w)``, >= 0. Default: 1.0.
+        rho (float): ADMM penalty, > 0 (Y in [0, 1]). Default: 300.0.
+        iterations (int): Number of ADMM iterations. Default: 100 (with rho = 300 and the official
+            SRCNN on Set5 x2, PSNR is within 0.001 dB of its 400-iteration value and the objective
+            within 0.05%; rho = 100 and 1000 converge more slowly).
+        tv (str): 'anisotropic' or 'isotropic'. Default: 'anisotropic' (our reading of Vella & Mota's
+            ``||D x||_1``). Set5 x2 on the official SRCNN (36.69 dB): 36.80 anisotropic, 36.81 isotropic.
+        eps (float | None): Radius of the consistency ball (Y in [0, 1], per image). Default: None.
+        eps_rms (float | None): The same per LR pixel. At most one of ``eps``/``eps_rms``; neither
+            means exact consistency (eps = 0).
+    """
+
+    # MCNet's pieces, used as they are: the frozen backbone's estimate (Y and chroma) and eps
+    backbone = MCNetArch.backbone
+    run_backbone = MCNetArch.run_backbone
+    consistency_radius = MCNetArch.consistency_radius
+
+    def __init__(self,
+                 backbone,
+                 operator,
+                 backbone_path=None,
+                 backbone_param_key='params',
+                 backbone_input='lr',
+                 backbone_channels=3,
+                 backbone_dtype=None,
+                 beta=1.0,
+                 rho=300.0,
+                 iterations=100,
+                 tv='anisotropic',
+                 eps=None,
+                 eps_rms=None):
+        super().__init__()
+        check_backbone_options(backbone_input, backbone_channels, backbone_dtype)
+        check_eps_options(eps, eps_rms)
+        _check_iterations(iterations)
+        if tv not in _TV_KINDS:
+            raise ValueError(f'Unsupported tv {tv!r}. Supported ones are: {_TV_KINDS}.')
+        if not beta >= 0:
+            raise ValueError(f'beta must be >= 0, got {beta}.')
+        if not rho > 0:
+            raise ValueError(f'rho must be > 0, got {rho}.')
+        self._backbone = build_frozen_backbone(backbone, backbone_path, backbone_param_key, owner='TVTV')
+        self.backbone_input, self.backbone_channels = backbone_input, backbone_channels
+        self.backbone_dtype = _DTYPES[backbone_dtype]
+        self.operator = build_operator(dict(operator))
+        self.scale = self.operator.scale
+        self.eps, self.eps_rms = eps, eps_rms
+        self.beta, self.rho, self.iterations, self.tv = float(beta), float(rho), iterations, tv
+        self.last_stats = None
+
+    def _apply(self, fn, *args, **kwargs):
+        super()._apply(fn, *args, **kwargs)
+        self._backbone.module._apply(fn, *args, **kwargs)
+        return self
+
+    def extra_repr(self):
+        eps = f'eps_rms={self.eps_rms}' if self.eps_rms is not None else f'eps={self.eps or 0.0}'
+        return (f'scale={self.scale}, operator={self.operator!r}, {eps}, beta={self.beta}, rho={self.rho}, '
+                f'iterations={self.iterations}, tv={self.tv!r}, backbone={type(self.backbone).__name__} (frozen)')
+
+    def objective(self, x, w):
+        """Per-sample ``TV(x) + beta TV(x - w)``."""
+        return _tv(x, self.tv) + self.beta * _tv(x - w, self.tv)
+
+    @torch.no_grad()
+    def solve(self, w, b, iterations=None):
+        """TV-TV ADMM from the estimate ``w`` (N, C, H, W) and measurements ``b``: the last ``z``, in S."""
+        iterations = self.iterations if iterations is None else iterations
+        _check_iterations(iterations)
+        b64, b = b, b.to(w.dtype)
+        eps = self.consistency_radius(b)
+        solve_x = _NeumannSolver(w.shape[-2], w.shape[-1], 2.0, w.dtype, w.device)
+        dw = _grad(w)
+        z = self.operator.project(w, b, eps)
+        x = z
+        dx = _grad(x)
+        d1, d2 = dx, dx - dw
+        u0, u1, u2 = torch.zeros_like(x), torch.zeros_like(dx), torch.zeros_like(dx)
+        trace = []
+        for _ in range(iterations):
+            x = solve_x(z - u0 + _grad_adjoint(d1 - u1 + d2 + dw - u2))
+            dx = _grad(x)
+            z = self.operator.project(x + u0, b, eps)
+            d1 = _shrink(dx + u1, 1.0 / self.rho, self.tv)
+            d2 = _shrink(dx - dw + u2, self.beta / self.rho, self.tv)
+            u0 = u0 + x - z
+            u1 = u1 + dx - d1
+            u2 = u2 + dx - dw - d2
+            trace.append((x - z).flatten(1).norm(dim=1) / (z.flatten(1).norm(dim=1) + 1e-12))
+        self.last_stats = {'forward': _stats(iterations, z.shape[0], trace[-1], trace, z.device), 'eps': eps}
+        return _final_projection(self.operator, z, b64, eps)
+
+    def forward(self, lr):
+        _check_lr('TVTV', lr)
+        w, cbcr = self.run_backbone(lr)
+        return _with_chroma(self.solve(w, _luma(lr)), cbcr)
