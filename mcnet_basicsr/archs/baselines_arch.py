@@ -17,7 +17,7 @@ from mcnet_basicsr.ops import build_operator, imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr, ycbcr_to_rgb
 
 from .dncnn_arch import DnCNN, load_dncnn
-from .mcnet_arch import _DTYPES, MCNetArch, build_frozen_backbone, check_backbone_options, check_eps_options
+from .mcnet_arch import _DTYPES, FrozenBackboneMixin, MCNetArch, build_frozen_backbone, check_backbone_options, check_eps_options
 
 _TV_KINDS = ('anisotropic', 'isotropic')
 
@@ -242,7 +242,7 @@ class _NeumannSolver:
 
 
 @ARCH_REGISTRY.register()
-class TVTV(nn.Module):
+class TVTV(FrozenBackboneMixin, nn.Module):
     """TV-TV post-processing of a frozen SR backbone (Vella & Mota), with our exact projection.
 
     On Y (colour exactly as :class:`MCNetArch`: Cb/Cr from the backbone or from the bicubic-upsampled
@@ -282,7 +282,6 @@ class TVTV(nn.Module):
     """
 
     # MCNet's pieces, used as they are: the frozen backbone's estimate (Y and chroma) and eps
-    backbone = MCNetArch.backbone
     run_backbone = MCNetArch.run_backbone
     consistency_radius = MCNetArch.consistency_radius
 
@@ -318,11 +317,6 @@ class TVTV(nn.Module):
         self.eps, self.eps_rms = eps, eps_rms
         self.beta, self.rho, self.iterations, self.tv = float(beta), float(rho), iterations, tv
         self.last_stats = None
-
-    def _apply(self, fn, *args, **kwargs):
-        super()._apply(fn, *args, **kwargs)
-        self._backbone.module._apply(fn, *args, **kwargs)
-        return self
 
     def extra_repr(self):
         eps = f'eps_rms={self.eps_rms}' if self.eps_rms is not None else f'eps={self.eps or 0.0}'

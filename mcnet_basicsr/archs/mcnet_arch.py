@@ -73,8 +73,25 @@ def build_frozen_backbone(backbone, backbone_path=None, param_key='params', owne
     return _Frozen(net)
 
 
+class FrozenBackboneMixin:
+    """For modules holding a frozen backbone in ``self._backbone`` (a :class:`_Frozen`).
+
+    Exposes it as ``backbone`` and forwards device/dtype moves (``.to``, ``.cuda``, ``.double``)
+    to it, which nn.Module would not do for a module outside its tree.
+    """
+
+    @property
+    def backbone(self):
+        return self._backbone.module
+
+    def _apply(self, fn, *args, **kwargs):
+        super()._apply(fn, *args, **kwargs)
+        self._backbone.module._apply(fn, *args, **kwargs)
+        return self
+
+
 @ARCH_REGISTRY.register()
-class MCNetArch(nn.Module):
+class MCNetArch(FrozenBackboneMixin, nn.Module):
     """MCNet: a frozen SR backbone followed by a measurement-consistent implicit layer.
 
     Given LR ``b`` and the backbone's estimate ``w`` (Y channel), the layer returns the fixed
@@ -176,10 +193,6 @@ class MCNetArch(nn.Module):
 
     # ------------------------------------------------------------------ configuration
     @property
-    def backbone(self):
-        return self._backbone.module
-
-    @property
     def beta(self):
         return self.log_beta.exp()
 
@@ -191,11 +204,6 @@ class MCNetArch(nn.Module):
         except KeyError as err:
             raise ValueError(f'MCNetArch solver options: {err.args[0]}') from err
         self.forward_solver, self.backward_solver = fwd, bwd
-
-    def _apply(self, fn, *args, **kwargs):
-        super()._apply(fn, *args, **kwargs)
-        self._backbone.module._apply(fn, *args, **kwargs)
-        return self
 
     def extra_repr(self):
         eps = f'eps_rms={self.eps_rms}' if self.eps_rms is not None else f'eps={self.eps or 0.0}'
