@@ -88,10 +88,12 @@ def evaluate_option(opt, device, overrides=(), limit=None):
     scale = opt['scale']
     op = build_operator({'type': 'bicubic', 'scale': scale})
     method, backbone = describe(opt['network_g'])
+    # radius of the consistency ball of the constrained methods (eps absolute or eps_rms per LR pixel)
+    eps_abs, eps_rms = opt['network_g'].get('eps'), opt['network_g'].get('eps_rms')
     records = []
     for ds in opt['datasets'].values():
         names = sorted(f for f in os.listdir(ds['dataroot_gt']) if f.lower().endswith(IMG_EXT))[:limit]
-        psnrs, ssims, fids, secs, iters = [], [], [], [], []
+        psnrs, ssims, fids, secs, iters, ratios = [], [], [], [], [], []
         for name in tqdm(names, desc=f'{opt["name"]} {ds["name"]}', unit='img', leave=False):
             gt = read_rgb(osp.join(ds['dataroot_gt'], name))
             lq = img2tensor(read_rgb(osp.join(ds['dataroot_lq'], name)), bgr2rgb=True, float32=True)[None].to(device)
@@ -106,6 +108,9 @@ def evaluate_option(opt, device, overrides=(), limit=None):
             y = rgb_to_ycbcr(out.double())[:, :1] if out.shape[1] == 3 else out.double()
             b = rgb_to_ycbcr(lq.double())[:, :1]
             fids.append(float(op.residual_norm(y, b)[0]))
+            eps_i = float(eps_rms) * b[0, 0].numel() ** 0.5 if eps_rms else float(eps_abs or 0.0)
+            if eps_i > 0:
+                ratios.append(fids[-1] / eps_i)
             # tensor2img clamps in place (on CPU tensors): hand it a copy, after the fidelity
             sr_img = tensor2img([out.detach().cpu().clone()])
             gt_img = (gt * 255.0).round().astype(np.uint8)
@@ -119,6 +124,7 @@ def evaluate_option(opt, device, overrides=(), limit=None):
             'psnr': float(np.mean(psnrs)), 'ssim': float(np.mean(ssims)), 'fidelity': float(np.max(fids)),
             'fidelity_mean': float(np.mean(fids)), 'seconds_per_image': float(np.mean(secs[1:] or secs)),
             'iterations': float(np.mean(iters)) if iters else None, 'images': len(names), 'option': opt['name'],
+            'eps': eps_abs, 'eps_rms': eps_rms, 'fidelity_over_eps': float(np.max(ratios)) if ratios else None,
             'device': torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
             'overrides': list(overrides)})
     return records

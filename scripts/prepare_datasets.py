@@ -16,6 +16,7 @@ temporary name and renamed when complete, so an interrupted run leaves nothing h
 
     python scripts/prepare_datasets.py --src ../shared/datasets
     python scripts/prepare_datasets.py --src ../shared/datasets --train-sets T91 BSD200 --scales 2
+    python scripts/prepare_datasets.py --src ../shared/datasets --train-sets T91+BSD200   # one union LMDB
 """
 import argparse
 import hashlib
@@ -143,10 +144,16 @@ def prepare_eval_set(src_dir, root, name, scale, force):
     commit_dir(tmp_lr, lr_out, digest, settings)
 
 
-def prepare_train_set(src_dir, root, name, scale, patch, step, force):
+def prepare_train_set(src_dirs, root, name, scale, patch, step, force):
+    """Patch LMDBs of the union of the images in ``src_dirs`` (one folder, or several for a union
+    such as T91+BSD200; keys then carry the folder's set name so equal file names cannot collide)."""
     if patch % scale or step % scale:
         raise ValueError(f'--patch-size {patch} and --step {step} must be multiples of the scale {scale}.')
-    sources = list_images(src_dir)
+    if isinstance(src_dirs, str):
+        src_dirs = [src_dirs]
+    sources = [path for src_dir in src_dirs for path in list_images(src_dir)]
+    prefix = {path: (osp.basename(osp.dirname(osp.dirname(path))) + '_' if len(src_dirs) > 1 else '')
+              for path in sources}
     hr_out = osp.join(root, name, f'{name}_HR_sub_x{scale}.lmdb')
     lr_out = osp.join(root, name, f'{name}_LR_sub_x{scale}.lmdb')
     settings = {'kind': 'train', 'scale': scale, 'patch': patch, 'step': step, 'version': 1}
@@ -163,7 +170,7 @@ def prepare_train_set(src_dir, root, name, scale, patch, step, force):
         for path in tqdm(sources, desc=f'{name} x{scale} patches', unit='img'):
             hr = mod_crop(read_hr(path), scale)
             lr = bicubic_lr(hr, scale)
-            stem = osp.splitext(osp.basename(path))[0]
+            stem = prefix[path] + osp.splitext(osp.basename(path))[0]
             ys, xs = patch_origins(hr.shape[0], patch, step), patch_origins(hr.shape[1], patch, step)
             if not ys or not xs:
                 skipped.append(stem)
@@ -214,9 +221,13 @@ def main(argv=None):
     for name in args.eval_sets:
         for s in args.scales:
             prepare_eval_set(osp.join(src, name, 'HR'), args.root, name, s, args.force)
-    for name in args.train_sets:
+    for spec in args.train_sets:
+        # 'T91+BSD200' is one training set made of both (datasets/T91_BSD200/T91_BSD200_*_sub_x<s>.lmdb)
+        parts = spec.split('+')
+        name = '_'.join(parts)
         for s in args.scales:
-            prepare_train_set(osp.join(src, name, 'HR'), args.root, name, s, args.patch_size, args.step, args.force)
+            prepare_train_set([osp.join(src, part, 'HR') for part in parts], args.root, name, s, args.patch_size,
+                              args.step, args.force)
     return 0
 
 

@@ -274,13 +274,18 @@ def test_reproduce_tables_quick(tmp_path, monkeypatch):
         for k in ('psnr', 'ssim', 'fidelity', 'seconds_per_image'):
             assert isinstance(r[k], float) and np.isfinite(r[k])
         assert r['iterations'] is None or isinstance(r['iterations'], float)
-    by_method = {(r['method'], r['backbone']): r for r in data}
-    assert by_method[('bicubic', 'none')]['iterations'] is None
-    for key in (('pnp', 'none'), ('tvtv', 'srcnn'), ('mcnet', 'srcnn')):
-        if key in by_method:
-            assert by_method[key]['fidelity'] < 1e-4 and by_method[key]['iterations'] >= 1
+    by_method = {(r['method'], r['backbone'], r['backbone_weights']): r for r in data}
+    assert by_method[('bicubic', 'none', '-')]['iterations'] is None
+    for key, r in by_method.items():
+        if key[0] in ('pnp', 'tvtv', 'mcnet'):
+            assert r['iterations'] >= 1
+            if r['fidelity_over_eps'] is None:  # eps = 0
+                assert r['fidelity'] < 1e-4
+            else:
+                assert r['fidelity_over_eps'] <= 1 + 1e-4
     skipped_labels = {label for label, _, _ in skipped}
-    for method, backbone, _ in reproduce_tables.ROWS:  # every row ran or says why not
-        assert ((method, backbone) in by_method) != (reproduce_tables.row_label(method, backbone) in skipped_labels)
+    for method, backbone, weights, _ in reproduce_tables.ROWS:  # every row ran or says why not
+        label = reproduce_tables.row_label(method, backbone, weights)
+        assert ((method, backbone, weights) in by_method) != (label in skipped_labels), label
     md = out_md.read_text()
     assert 'QUICK SMOKE RUN' in md and 'Table 2' in md and 'Table 1' in md

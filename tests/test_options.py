@@ -1,0 +1,94 @@
+"""Every option file in options/ is consistent with its scale and builds its network.
+
+Weights are not needed: backbone/denoiser paths are dropped, so the networks are random. This is
+what catches a copy-paste slip (an x3 file with an x2 crop border or LR folder) before a GPU run.
+"""
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import mcnet_basicsr  # noqa: F401  (registers the archs)
+from basicsr.utils.registry import ARCH_REGISTRY
+
+OPTIONS = sorted((Path(__file__).resolve().parents[1] / 'options').glob('*.yml'))
+
+
+def _load(path):
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def _scale_from_name(path):
+    match = re.search(r'_x(\d)\.yml$', path.name)
+    return int(match.group(1)) if match else None
+
+
+@pytest.mark.parametrize('path', OPTIONS, ids=lambda p: p.name)
+def test_option_file_is_consistent_with_its_scale(path):
+    opt = _load(path)
+    s = _scale_from_name(path)
+    if s is None:  # only the denoiser recipes are scale-free
+        assert opt['model_type'] == 'DenoiserModel', f'{path.name}: SR option files end in _x<scale>.yml'
+        return
+    assert opt['scale'] == s
+    assert opt['name'] and opt['model_type'] in ('SRModel', 'MCNetModel', 'DenoiserModel')
+    for ds in opt.get('datasets', {}).values():
+        for key in ('dataroot_gt', 'dataroot_lq'):
+            root = ds.get(key)
+            if root is None or opt['model_type'] == 'DenoiserModel':
+                continue
+            if root.endswith('.lmdb'):
+                assert root.endswith(f'_x{s}.lmdb'), (key, root)
+            else:
+                assert root.endswith(f'HR_mod{s}') or root.endswith(f'X{s}'), (key, root)
+    for metric in opt['val']['metrics'].values():
+        if 'crop_border' in metric:
+            assert metric['crop_border'] == s
+        if metric['type'] == 'calculate_data_fidelity':
+            assert metric['scale'] == s
+    assert 'suffix' in opt['val'], 'BasicSR test option files need val.suffix'
+    net = opt['network_g']
+    for block in (net, net.get('backbone') or {}):
+        for key in ('upscale', 'scale'):
+            if key in block and block is not net.get('operator'):
+                assert block[key] == s, (key, block[key])
+    if 'operator' in net:
+        assert net['operator']['scale'] == s
+
+
+def _random_network_options(opt):
+    net = copy.deepcopy(opt['network_g'])
+    for key in ('backbone_path', 'denoiser_path'):
+        if key in net:
+            net[key] = None
+    return net
+
+
+@pytest.mark.parametrize('path', OPTIONS, ids=lambda p: p.name)
+def test_option_file_builds_its_network(path):
+    opt = _load(path)
+    net_opt = _random_network_options(opt)
+    net = ARCH_REGISTRY.get(net_opt.pop('type'))(**net_opt)
+    assert isinstance(net, torch.nn.Module)
+
+
+@pytest.mark.parametrize('name', ['test_rcan_compact_x3.yml', 'test_rdn_compact_x4.yml',
+                                  'test_mcnet_rcan_compact_x2.yml', 'test_mcnet_rdn_compact_x3.yml'])
+def test_compact_backbone_option_runs_forward(name):
+    path = next(p for p in OPTIONS if p.name == name)
+    opt = _load(path)
+    s = opt['scale']
+    net_opt = _random_network_options(opt)
+    if net_opt['type'] == 'MCNetArch':
+        net_opt['solver'] = {'forward': {'solver': 'anderson', 'tol': 1e-3, 'max_iter': 3}}
+    net = ARCH_REGISTRY.get(net_opt.pop('type'))(**net_opt).eval()
+    torch.manual_seed(0)
+    lr = torch.rand(1, 3, 8, 8)
+    with torch.no_grad():
+        out = net(lr)
+    assert out.shape == (1, 3, 8 * s, 8 * s)
+    assert torch.isfinite(out).all()
