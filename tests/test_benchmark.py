@@ -1,0 +1,105 @@
+"""scripts/benchmark.py: the quick CPU run (every section, JSON schema, markdown section) and its pieces."""
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO_ROOT
+
+SCRIPT = REPO_ROOT / 'scripts' / 'benchmark.py'
+
+
+@pytest.fixture(scope='module')
+def bench():
+    spec = importlib.util.spec_from_file_location('mcnet_benchmark_script', SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_run_writes_json_and_replaces_only_its_markdown_section(tmp_path):
+    if not (REPO_ROOT / 'datasets' / 'Set5').is_dir() and not (REPO_ROOT.parent / 'shared' / 'datasets').is_dir():
+        pytest.skip('needs datasets/Set5 (scripts/prepare_datasets.py) or ../shared/datasets')
+    md = tmp_path / 'benchmarks.md'
+    md.write_text('# Benchmarks\n\n## Operators\n\nkeep me\n\n<!-- benchmark:begin -->\nOLD\n<!-- benchmark:end -->\n'
+                  '\n## Later section\n\nkeep me too\n')
+    out = tmp_path / 'bench.json'
+    cmd = [sys.executable, str(SCRIPT), '--quick', '--threads', '1', '--scales', '2', '--datasets', 'Set5',
+           '--out-json', str(out), '--out-md', str(md)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    result = json.loads(out.read_text())
+    meta, rows = result['meta'], result['rows']
+    assert meta['schema_version'] == 1 and meta['quick'] is True and meta['reference'] == 'paper_200'
+    assert meta['dncnn_flops_per_pixel'] == 2 * 9 * (1 * 64 + 4 * 64 * 64 + 64 * 1)  # DnCNN6, 64 ch, no bias
+    assert all(r['status'] == 'ok' for r in rows), [r for r in rows if r['status'] != 'ok']
+    sections = {r['section'] for r in rows}
+    assert sections == {'periter', 'train', 'eval', 'big'}
+
+    train = {r['name']: r for r in rows if r['section'] == 'train'}
+    assert {'implicit_2', 'implicit_4', 'implicit_paper', 'unrolled_2', 'unrolled_4'} <= set(train)
+    for r in train.values():
+        assert {'seconds_per_step', 'peak_mem_mb', 'forward_iterations', 'loss', 'batch', 'lr_patch'} <= set(r)
+        assert r['seconds_per_step'] > 0 and r['loss'] == r['loss']
+    assert train['implicit_4']['forward_iterations'] == 4 and train['implicit_2']['backward_iterations'] >= 1
+    assert train['unrolled_4']['backward_iterations'] is None
+
+    evals = [r for r in rows if r['section'] == 'eval']
+    assert {(r['backbone'], r['name']) for r in evals} == {
+        (b, c) for b in ('srcnn', 'rcan') for c in ('paper_200', 'tol1e-4', 'fast_bf16_tf32')}
+    for r in evals:
+        assert {'seconds_per_image', 'peak_mem_mb', 'iterations', 'psnr', 'fidelity_max', 'bound_seconds_per_image',
+                'speedup_vs_reference', 'dpsnr_vs_reference'} <= set(r)
+        assert r['fidelity_max'] <= r['eps_max'] + 1e-5  # consistency: eps = 0 (SRCNN), eps_rms > 0 (RCAN)
+        assert 10 < r['psnr'] < 80
+    ref = [r for r in evals if r['name'] == 'paper_200']
+    assert all(r['iterations'] == 4 and r['dpsnr_vs_reference'] == 0 for r in ref)  # quick caps 200 at 4
+    big = [r for r in rows if r['section'] == 'big']
+    assert big and all(r['psnr'] is None and r['seconds_per_image'] > 0 for r in big)
+    per = {r['name']: r for r in rows if r['section'] == 'periter'}
+    assert set(per) == {'fp32', 'tf32'} and all('overhead_pct' in r for r in per.values())
+
+    text = md.read_text()
+    assert text.count('<!-- benchmark:begin -->') == 1 and text.count('<!-- benchmark:end -->') == 1
+    assert 'OLD' not in text and 'keep me\n' in text and 'keep me too' in text
+    assert text.index('## Operators') < text.index('<!-- benchmark:begin -->') < text.index('## Later section')
+    assert 'unrolled autograd through 4 Anderson it.' in text and 'implicit, 4 forward it.' in text
+
+
+def test_unrolled_anderson_matches_the_solver_and_carries_gradients(bench):
+    from mcnet_basicsr.deq import anderson_solve
+    gen = torch.Generator().manual_seed(0)
+    M = torch.randn(2, 30, 30, generator=gen, dtype=torch.float64)
+    M = 0.6 * M / torch.linalg.matrix_norm(M, ord=2)[:, None, None]  # contraction: residual decreases
+    c = torch.randn(2, 30, 1, generator=gen, dtype=torch.float64, requires_grad=True)
+
+    def f(z):
+        return (M @ z.reshape(2, 30, 1) + c).reshape(z.shape)
+
+    z0 = torch.zeros(2, 1, 5, 6, dtype=torch.float64)
+    iters = 4
+    z_solver, stats = anderson_solve(f, z0, m=5, lam=1e-4, tol=1e-30, max_iter=iters)
+    z_unrolled = bench.anderson_unrolled(f, z0, iters, 5, 1e-4)
+    assert stats.nfe == iters
+    assert torch.allclose(z_unrolled.detach(), z_solver, rtol=1e-10, atol=1e-12)
+    z_unrolled.sum().backward()
+    assert c.grad is not None and torch.isfinite(c.grad).all() and c.grad.abs().sum() > 0
+
+
+def test_flops_write_markdown_and_arguments(bench, tmp_path):
+    from mcnet_basicsr.archs.dncnn_arch import DnCNN
+    assert bench.dncnn_flops_per_pixel(DnCNN(num_feat=8, depth=3)) == 2 * 9 * (8 + 64 + 8)
+    path = tmp_path / 'b.md'
+    path.write_text('# Benchmarks\n\nother\n')
+    section = f'{bench.MD_BEGIN}\nA\n{bench.MD_END}\n'
+    bench.write_markdown(str(path), section)
+    bench.write_markdown(str(path), section.replace('A', 'B'))
+    text = path.read_text()
+    assert text.startswith('# Benchmarks\n\nother\n') and '\nB\n' in text and '\nA\n' not in text
+    args = bench.parse_args(['--configs', 'tol1e-4', 'paper_200'])
+    assert args.configs == ['paper_200', 'tol1e-4']  # the reference first, always present
+    assert bench.parse_args(['--quick']).device == 'cpu'
