@@ -398,7 +398,7 @@ def section_eval(args, device, budget, rows, backbones, flops_cache):
                                                     args.quick, flops_px, args.peak_tflops),
                             label=CONFIGS[key]['label'], backbone=backbone, scale=2,
                             dataset=f'astronaut {lq.shape[-1] * 2}x{lq.shape[-2] * 2}', note=note)
-            del net
+            net = None  # free it before the next network is built
             if device.type == 'cuda':
                 torch.cuda.empty_cache()
 
