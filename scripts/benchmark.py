@@ -264,7 +264,15 @@ def build_mcnet(backbone, scale, device, quick):
         elif bpath:
             net_opt['backbone_path'] = osp.join(ROOT, bpath)
     else:
+        # the official-size RCAN when its weights are here, else our compact RCAN (shipped weights)
         path = osp.join(ROOT, 'options', f'test_mcnet_rcan_x{scale}.yml')
+        compact = osp.join(ROOT, 'options', f'test_mcnet_rcan_compact_x{scale}.yml')
+        if osp.isfile(path) and osp.isfile(compact):
+            official_bb = read_option(path)['network_g'].get('backbone_path') or ''
+            compact_bb = read_option(compact)['network_g'].get('backbone_path') or ''
+            if not osp.isfile(osp.join(ROOT, official_bb)) and osp.isfile(osp.join(ROOT, compact_bb)):
+                path = compact
+                note.append('our compact RCAN (the official weights are absent)')
         if osp.isfile(path):
             opt = read_option(path)
             net_opt = copy.deepcopy(opt['network_g'])
