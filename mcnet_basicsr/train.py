@@ -3,6 +3,10 @@
     python mcnet_basicsr/train.py -opt options/train_mcnet_srcnn_x2.yml [--auto_resume] [--launcher pytorch] [--debug]
     python -m mcnet_basicsr.train -opt ...
     torchrun --nproc_per_node=2 mcnet_basicsr/train.py -opt ... --launcher pytorch
+    srun --ntasks=2 --gres=gpu:2 python mcnet_basicsr/train.py -opt ... --launcher slurm
+
+Distributed: one process per GPU (nccl); without CUDA, torchrun processes join a gloo group instead
+(``mcnet_basicsr.utils.pipeline.init_dist``), which is how the tests run it.
 
 experiments/, tb_logger/ and results/ land in the repository root (or the current directory
 when the package is installed elsewhere), as with BasicSR's own ``basicsr/train.py``.
@@ -14,12 +18,13 @@ if __package__ in (None, ''):  # run as a script: import the package, not its fo
     sys.path[0] = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 
 import mcnet_basicsr  # noqa: E402,F401  (registers our types, aliases torchvision)
-from mcnet_basicsr.utils.pipeline import default_root_path, patch_resume_for_cpu  # noqa: E402
+from mcnet_basicsr.utils.pipeline import default_root_path, patch_dist_for_cpu, patch_resume_for_cpu  # noqa: E402,E501
 
 
 def main(root_path=None):
     import basicsr.train
     patch_resume_for_cpu(basicsr.train)
+    patch_dist_for_cpu()
     basicsr.train.train_pipeline(root_path or default_root_path())
 
 

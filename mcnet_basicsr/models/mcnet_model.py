@@ -4,6 +4,7 @@ import torch
 from basicsr.models.sr_model import SRModel
 from basicsr.utils import get_root_logger
 from basicsr.utils.registry import MODEL_REGISTRY
+from torch.nn.parallel import DistributedDataParallel
 
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 
@@ -36,7 +37,13 @@ class MCNetModel(SRModel):
       backbone's Cb/Cr carry no gradient and would only add a constant offset to an RGB loss;
     * the log carries beta and the solver statistics (forward/backward iterations, residuals);
     * validation also logs the float data fidelity ``||A x - b||_2`` (mean and max over the set),
-      computed before the output is quantised to uint8.
+      computed before the output is quantised to uint8;
+    * distributed (``--launcher pytorch|slurm``): DDP wraps the layer only (the frozen backbone is
+      outside its module tree, loaded identically by every rank) and also works without CUDA (gloo);
+      validation, which BasicSR runs on rank 0 alone, calls the bare network, so no collective
+      (DDP's buffer broadcast) waits for the other ranks. DDP broadcasts rank 0's buffers, the
+      spectral-norm power-iteration vectors included, before every training forward, so all ranks
+      normalise the denoiser identically.
     """
 
     def init_training_settings(self):
@@ -46,6 +53,12 @@ class MCNetModel(SRModel):
         if not self.opt['train'].get('pixel_opt'):
             raise ValueError('MCNetModel trains with a pixel loss: set train.pixel_opt (e.g. {type: MSELoss}).')
         super().init_training_settings()
+
+    def model_to_device(self, net):
+        if self.opt['dist'] and self.device.type != 'cuda':  # BasicSR passes device_ids=[cuda device]
+            return DistributedDataParallel(net.to(self.device),
+                                           find_unused_parameters=self.opt.get('find_unused_parameters', False))
+        return super().model_to_device(net)
 
     def get_optimizer(self, optim_type, params, lr, **kwargs):
         return build_optimizer(optim_type, params, lr, **kwargs)
@@ -102,7 +115,12 @@ class MCNetModel(SRModel):
         return out
 
     def test(self):
-        super().test()
+        wrapped = self.net_g
+        self.net_g = self.get_bare_model(wrapped)  # inference needs no DDP (and must not sync buffers)
+        try:
+            super().test()
+        finally:
+            self.net_g = wrapped
         net = self.net_g_ema if hasattr(self, 'net_g_ema') else self.get_bare_model(self.net_g)
         b = rgb_to_ycbcr(self.lq)[:, :1] if self.lq.shape[1] == 3 else self.lq
         x = rgb_to_ycbcr(self.output)[:, :1] if self.output.shape[1] == 3 else self.output

@@ -1,6 +1,7 @@
 """Helpers for wrapping BasicSR's train/test pipelines."""
 import os
 import os.path as osp
+import warnings
 
 import torch
 
@@ -24,28 +25,40 @@ def load_resume_state(opt):
     BasicSR 1.4.2 maps the state onto ``torch.cuda.current_device()`` (fails without CUDA) and
     looks for ``experiments/<name>/training_states`` relative to the current directory instead
     of the root path it writes to. Same selection rule otherwise: the newest ``<iter>.state``
-    with ``--auto_resume``, else ``path.resume_state``.
+    with ``--auto_resume``, else ``path.resume_state``; with ``--auto_resume`` a state that cannot be
+    read (a job killed while rank 0 was writing it) is skipped for the one before it, whose network
+    checkpoint is complete (BasicSR writes ``net_g_<iter>.pth`` before ``<iter>.state``).
     """
     from basicsr.utils import scandir
     from basicsr.utils import check_resume
 
-    resume_state_path = None
+    device = torch.device('cuda', torch.cuda.current_device()) if torch.cuda.is_available() else torch.device('cpu')
+
+    def load(path):  # our own training states hold optimizer/scheduler state (Counters etc.), not only tensors
+        return torch.load(path, map_location=device, weights_only=False)
+
+    resume_state = None
     if opt['auto_resume']:
         state_path = osp.join(opt.get('root_path', '.'), 'experiments', opt['name'], 'training_states')
         if osp.isdir(state_path):
-            states = [v for v in scandir(state_path, suffix='state', recursive=False, full_path=False)]
-            if states:
-                latest = max(float(v.split('.state')[0]) for v in states)
-                resume_state_path = osp.join(state_path, f'{latest:.0f}.state')
-                opt['path']['resume_state'] = resume_state_path
+            iters = sorted((float(v.split('.state')[0])
+                            for v in scandir(state_path, suffix='state', recursive=False, full_path=False)),
+                           reverse=True)
+            for it in iters:
+                path = osp.join(state_path, f'{it:.0f}.state')
+                try:
+                    resume_state = load(path)
+                except Exception as err:  # noqa: BLE001  (a job killed while saving leaves a truncated file)
+                    warnings.warn(f'--auto_resume: cannot read {path} ({type(err).__name__}: {err}); '
+                                  'trying the previous training state.')
+                    continue
+                opt['path']['resume_state'] = path
+                break
     elif opt['path'].get('resume_state'):
-        resume_state_path = opt['path']['resume_state']
+        resume_state = load(opt['path']['resume_state'])
 
-    if resume_state_path is None:
+    if resume_state is None:
         return None
-    device = torch.device('cuda', torch.cuda.current_device()) if torch.cuda.is_available() else torch.device('cpu')
-    # our own training states hold optimizer/scheduler state (Counters etc.), not only tensors
-    resume_state = torch.load(resume_state_path, map_location=device, weights_only=False)
     check_resume(opt, resume_state['iter'])
     return resume_state
 
@@ -53,3 +66,27 @@ def load_resume_state(opt):
 def patch_resume_for_cpu(train_module):
     """Make ``train_module.train_pipeline`` use :func:`load_resume_state` (our entry point only)."""
     train_module.load_resume_state = load_resume_state
+
+
+def init_dist(launcher, backend='nccl', **kwargs):
+    """``basicsr.utils.dist_util.init_dist`` that also runs without CUDA (for tests and CPU machines).
+
+    With CUDA: BasicSR's own code path (``torch.cuda.set_device(rank % #GPUs)``, then
+    ``init_process_group``; nccl unless ``dist_params.backend`` says otherwise for ``slurm``).
+    Without CUDA, ``--launcher pytorch`` (torchrun) joins a gloo process group instead: BasicSR would
+    call ``torch.cuda.set_device`` and ask for nccl, both of which fail on a CPU-only machine.
+    """
+    from basicsr.utils import dist_util
+    if torch.cuda.is_available():
+        return dist_util.init_dist(launcher, backend, **kwargs)
+    if launcher != 'pytorch':
+        raise RuntimeError(f'--launcher {launcher} needs CUDA GPUs (BasicSR binds one GPU per task); '
+                           'without CUDA use torchrun with --launcher pytorch, which runs on the gloo backend.')
+    import torch.distributed as dist
+    dist.init_process_group(backend='gloo', **kwargs)
+
+
+def patch_dist_for_cpu():
+    """Make BasicSR's ``parse_options`` use :func:`init_dist` (our entry points only)."""
+    from basicsr.utils import options
+    options.init_dist = init_dist
