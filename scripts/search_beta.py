@@ -1,0 +1,208 @@
+"""Grid-search MCNet's initial beta with the untrained layer, on Set5 only (issue #5).
+
+For each scale and each value of ``network_g.beta_init``, the MCNet test option file is evaluated
+with ``path.pretrain_network_g`` set to null, so the layer is the *untrained* one: the frozen
+backbone, the denoiser loaded from ``network_g.denoiser_path`` and beta = beta_init. Only Set5 is
+used (the selection set); Set14 stays a test set and is never read here. The protocol is that of
+``scripts/evaluate.py`` (HR mod-crop, MATLAB-bicubic uint8 LR, uint8 outputs, Y-PSNR/SSIM with
+crop = scale, fidelity of the float output).
+
+    python scripts/search_beta.py                                   # default grid, x2/x3/x4, GPU if present
+    python scripts/search_beta.py --grid 0.005 0.01 0.02 --scales 2 --tol 1e-4
+    python scripts/search_beta.py --out docs/search_beta.json --out-md docs/results.md
+
+Prints a table (beta x scale -> PSNR and mean solver iterations) and the best beta per scale.
+``--out`` writes a JSON object {"dataset", "option", "denoiser_path", "tol", "max_iter", "limit",
+"grid", "scales", "records", "best"}: each record is an ``evaluate_option`` record plus
+``beta_init``; ``best`` maps the scale (a string) to {"beta_init", "psnr", "ssim", "iterations"}.
+``--out-md FILE`` writes the table between ``<!-- search_beta:begin -->`` and
+``<!-- search_beta:end -->`` in FILE (added at the end when the markers are absent; the rest of
+the file is kept).
+"""
+import argparse
+import datetime
+import json
+import os
+import os.path as osp
+import sys
+
+import torch
+import yaml
+from tqdm import tqdm
+
+REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
+sys.path.insert(0, REPO_ROOT)
+sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
+from evaluate import evaluate_option, set_by_path  # noqa: E402
+from md_section import replace_section  # noqa: E402
+from reproduce_tables import _rebase, missing_inputs  # noqa: E402
+
+SELECTION_SET = 'Set5'
+DEFAULT_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
+DEFAULT_OPTION = 'options/test_mcnet_srcnn_x{scale}.yml'
+# the authors' DnCNN6 (sigma 0.00625-0.0125) that the training option files start from
+DEFAULT_DENOISER = '../shared/weights/sr_mcnet_official/dncnn6_realsn_relu/sigma_0.00625_0.01250.pth'
+MD_SECTION = 'search_beta'
+
+
+def cell_overrides(beta, denoiser_path, tol=None, max_iter=None, extra=()):
+    """``--set``-style overrides of one grid cell (recorded with its numbers)."""
+    out = ['path.pretrain_network_g=~', f'network_g.denoiser_path={denoiser_path}', f'network_g.beta_init={beta!r}']
+    if tol is not None:
+        out.append(f'network_g.solver.forward.tol={tol!r}')
+    if max_iter is not None:
+        out.append(f'network_g.solver.forward.max_iter={int(max_iter)}')
+    return out + list(extra)
+
+
+def load_cell(option_path, overrides, data_root):
+    """The option dict of one cell: overrides applied, datasets restricted to Set5, data under data_root."""
+    if not osp.isfile(option_path):
+        raise FileNotFoundError(f'no option file {option_path}')
+    with open(option_path) as f:
+        opt = yaml.safe_load(f)
+    if opt['network_g'].get('type') != 'MCNetArch':
+        raise ValueError(f'{option_path}: network_g.type is {opt["network_g"].get("type")!r}; beta_init is an '
+                         'option of MCNetArch only.')
+    for item in overrides:
+        set_by_path(opt, *item.split('=', 1))
+    names = [ds['name'] for ds in opt['datasets'].values()]
+    opt['datasets'] = {k: v for k, v in opt['datasets'].items() if v['name'] == SELECTION_SET}
+    if not opt['datasets']:
+        raise ValueError(f'{option_path}: no {SELECTION_SET} block in datasets (has {names}); the search uses '
+                         f'{SELECTION_SET} only.')
+    for ds in opt['datasets'].values():
+        for key in ('dataroot_gt', 'dataroot_lq'):
+            ds[key] = _rebase(ds[key], data_root)
+    missing = missing_inputs(opt)
+    if missing:
+        raise FileNotFoundError(f'{option_path}: missing {", ".join(missing)}')
+    return opt
+
+
+def best_per_scale(records):
+    """{scale: record} with the highest PSNR (the first of the grid on ties)."""
+    best = {}
+    for r in records:
+        if r['scale'] not in best or r['psnr'] > best[r['scale']]['psnr']:
+            best[r['scale']] = r
+    return best
+
+
+def search(option=DEFAULT_OPTION, scales=(2, 3, 4), grid=DEFAULT_GRID, denoiser_path=DEFAULT_DENOISER, tol=None,
+           max_iter=None, limit=None, data_root='datasets', device='cpu', extra=(), log=print):
+    """Evaluate every (scale, beta) cell; returns the records (each with ``beta_init``)."""
+    device = torch.device(device)
+    cells = [(s, beta) for s in scales for beta in grid]
+    records = []
+    bar = tqdm(cells, desc='beta search', unit='cell')
+    for s, beta in bar:
+        bar.set_postfix_str(f'x{s} beta={beta:g}')
+        overrides = cell_overrides(beta, denoiser_path, tol, max_iter, extra)
+        opt = load_cell(option.format(scale=s, s=s), overrides, data_root)
+        (rec, ) = evaluate_option(opt, device, overrides, limit)
+        rec['beta_init'] = float(beta)
+        records.append(rec)
+        bar.write(f"x{s} beta_init {beta:<8g} PSNR {rec['psnr']:.3f}  SSIM {rec['ssim']:.4f}  "
+                  f"iters {rec['iterations']:.1f}  fid max {rec['fidelity']:.1e}")
+    return records
+
+
+def table(records, grid, scales):
+    """Markdown table beta x scale -> 'PSNR (iterations)', the best of each column in bold."""
+    cell = {(r['beta_init'], r['scale']): r for r in records}
+    best = best_per_scale(records)
+    out = '| beta_init | ' + ' | '.join(f'{SELECTION_SET} x{s}' for s in scales) + ' |\n'
+    out += '|---|' + '---|' * len(scales) + '\n'
+    for beta in grid:
+        row = []
+        for s in scales:
+            r = cell.get((float(beta), s))
+            text = f"{r['psnr']:.2f} ({r['iterations']:.0f})" if r else 'n/a'
+            row.append(f'**{text}**' if r is not None and r is best.get(s) else text)
+        out += f'| {beta:g} | ' + ' | '.join(row) + ' |\n'
+    return out
+
+
+def markdown(records, grid, scales, option, denoiser_path, tol, max_iter, limit):
+    best = best_per_scale(records)
+    devices = sorted({r['device'] for r in records})
+    images = sorted({r['images'] for r in records})
+    solver = f'forward tol {tol:g}' if tol is not None else "the option file's forward tol"
+    if max_iter is not None:
+        solver += f', max_iter {max_iter}'
+    md = '## Initial beta of the untrained layer (`scripts/search_beta.py`)\n\n'
+    md += (f'Generated {datetime.date.today().isoformat()} on {", ".join(devices) or "-"}. Option `{option}` with '
+           f'`path.pretrain_network_g: ~` (untrained layer), denoiser `{denoiser_path}`, {solver}; '
+           f'{SELECTION_SET} only ({"/".join(map(str, images))} image(s){", --limit" if limit else ""}), '
+           'Y-PSNR (dB) with the mean number of solver iterations in brackets, best per scale in bold.\n\n')
+    md += table(records, grid, scales)
+    md += '\nBest beta_init: ' + ', '.join(f"x{s} {best[s]['beta_init']:g} ({best[s]['psnr']:.2f} dB)"
+                                           for s in scales if s in best) + '.\n'
+    return md
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('-opt', '--option', help=f'MCNet test option file, "{{scale}}" filled in. Default: '
+                        f'{DEFAULT_OPTION} (in the repository)')
+    parser.add_argument('--scales', type=int, nargs='+', default=[2, 3, 4])
+    parser.add_argument('--grid', type=float, nargs='+', default=list(DEFAULT_GRID), help='beta_init values')
+    parser.add_argument('--denoiser-path', help=f'DnCNN checkpoint of the untrained layer. Default: {DEFAULT_DENOISER}')
+    parser.add_argument('--tol', type=float, help="forward solver tolerance (default: the option file's)")
+    parser.add_argument('--max-iter', type=int, help="forward solver iteration cap (default: the option file's)")
+    parser.add_argument('--limit', type=int, help='first N Set5 images (quick runs)')
+    parser.add_argument('--data-root', default='datasets', help='prepared data (the option files say datasets/)')
+    parser.add_argument('--device', default='auto', choices=['auto', 'cpu', 'cuda'])
+    parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                        help='further option override, dotted path, YAML value (repeatable)')
+    parser.add_argument('--out', help='write the JSON result here')
+    parser.add_argument('--out-md', help=f'write the table into this markdown file (section "{MD_SECTION}")')
+    args = parser.parse_args(argv)
+    for item in args.set:
+        if '=' not in item:
+            parser.error(f'--set takes KEY=VALUE, got {item!r}')
+    if any(b <= 0 for b in args.grid):
+        parser.error(f'beta_init values must be > 0, got {args.grid}')
+    device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
+    # option files name their inputs relative to the repository root: paths given here are
+    # relative to the caller's directory, the defaults to the repository
+    option = osp.abspath(args.option) if args.option else DEFAULT_OPTION
+    denoiser = osp.abspath(args.denoiser_path) if args.denoiser_path else DEFAULT_DENOISER
+    data_root = osp.abspath(args.data_root)
+    out, out_md = (osp.abspath(p) if p else None for p in (args.out, args.out_md))
+    cwd = os.getcwd()
+    os.chdir(REPO_ROOT)
+    try:
+        records = search(option, args.scales, args.grid, denoiser, args.tol, args.max_iter, args.limit, data_root,
+                         device, args.set)
+    finally:
+        os.chdir(cwd)
+
+    best = best_per_scale(records)
+    print()
+    print(table(records, args.grid, args.scales))
+    for s in args.scales:
+        print(f"best x{s}: beta_init = {best[s]['beta_init']:g}  ({best[s]['psnr']:.3f} dB, "
+              f"{best[s]['iterations']:.1f} iterations)")
+    result = {
+        'dataset': SELECTION_SET, 'option': option, 'denoiser_path': denoiser, 'tol': args.tol,
+        'max_iter': args.max_iter, 'limit': args.limit, 'grid': [float(b) for b in args.grid], 'scales': args.scales,
+        'records': records,
+        'best': {str(s): {k: best[s][k] for k in ('beta_init', 'psnr', 'ssim', 'iterations')} for s in best}}
+    if out:
+        os.makedirs(osp.dirname(out), exist_ok=True)
+        with open(out + '.tmp', 'w') as f:
+            json.dump(result, f, indent=1)
+        os.replace(out + '.tmp', out)
+        print(f'wrote {out}')
+    if out_md:
+        replace_section(out_md, MD_SECTION, markdown(records, args.grid, args.scales, args.option or DEFAULT_OPTION,
+                                                     args.denoiser_path or DEFAULT_DENOISER, args.tol, args.max_iter,
+                                                     args.limit))
+        print(f'wrote section "{MD_SECTION}" of {out_md}')
+    return result
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,200 @@
+"""scripts/search_beta.py (issue #5) and scripts/robustness.py (issue #6) on a tiny Set5.
+
+CPU only: a two-photo "Set5" (48x48 HR, scikit-image photos) is prepared in a temporary folder
+exactly as scripts/prepare_datasets.py lays it out; solvers are loose. Backbone weights: the
+converted official SRCNN when experiments/pretrained_models has it, else the shipped SRCNN (same
+layout); denoiser: the authors' DnCNN6 from ../shared when present, else a seeded random DnCNN6.
+"""
+import json
+import sys
+
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
+
+import cv2
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from conftest import REPO_ROOT, SHARED, sample_photo
+from mcnet_basicsr.archs.dncnn_arch import DnCNN
+from mcnet_basicsr.ops import imresize
+from mcnet_basicsr.utils.color import rgb_to_ycbcr
+
+sys.path.insert(0, str(REPO_ROOT / 'scripts'))
+import md_section  # noqa: E402
+import robustness  # noqa: E402
+import search_beta  # noqa: E402
+
+SRCNN_X2 = REPO_ROOT / 'experiments' / 'pretrained_models' / 'srcnn_955_imagenet_x2.pth'
+SRCNN_X2_SHIPPED = REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'srcnn_x2.pth'
+DNCNN6 = SHARED / 'weights' / 'sr_mcnet_official' / 'dncnn6_realsn_relu' / 'sigma_0.00625_0.01250.pth'
+RECORD_KEYS = {'method', 'backbone', 'scale', 'dataset', 'psnr', 'ssim', 'fidelity', 'fidelity_mean', 'iterations',
+               'seconds_per_image', 'images', 'option', 'device', 'overrides'}
+
+
+@pytest.fixture(scope='module')
+def data_root(tmp_path_factory):
+    """<root>/Set5/HR_mod2 and <root>/Set5/LR_bicubic/X2 from two photos (LR: MATLAB bicubic, uint8)."""
+    root = tmp_path_factory.mktemp('data')
+    (root / 'Set5' / 'HR_mod2').mkdir(parents=True)
+    (root / 'Set5' / 'LR_bicubic' / 'X2').mkdir(parents=True)
+    for name in ('astronaut', 'coffee'):
+        hr = sample_photo(name, 48)
+        t = torch.from_numpy(hr.transpose(2, 0, 1).astype(np.float64) / 255)
+        lr = np.clip(np.round(imresize(t, 1 / 2).numpy().transpose(1, 2, 0) * 255), 0, 255).astype(np.uint8)
+        cv2.imwrite(str(root / 'Set5' / 'HR_mod2' / f'{name}.png'), hr[:, :, ::-1])
+        cv2.imwrite(str(root / 'Set5' / 'LR_bicubic' / 'X2' / f'{name}.png'), lr[:, :, ::-1])
+    return root
+
+
+@pytest.fixture(scope='module')
+def weights(tmp_path_factory):
+    """(SRCNN x2 checkpoint, DnCNN6 checkpoint) that exist here."""
+    srcnn = SRCNN_X2 if SRCNN_X2.exists() else SRCNN_X2_SHIPPED
+    if DNCNN6.exists():
+        return str(srcnn), str(DNCNN6)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp('weights') / 'dncnn6_random.pth'
+    torch.save({'params': DnCNN().state_dict()}, path)
+    return str(srcnn), str(path)
+
+
+# ------------------------------------------------------------------------------------------ search_beta
+def test_search_beta(data_root, weights, tmp_path):
+    srcnn, dncnn = weights
+    out, md = tmp_path / 'search.json', tmp_path / 'results.md'
+    md.write_text('# Results\n\nHand-written text.\n')
+    argv = ['--scales', '2', '--grid', '0.005', '0.05', '--limit', '1', '--tol', '1e-2', '--max-iter', '5',
+            '--data-root', str(data_root), '--device', 'cpu', '--denoiser-path', dncnn,
+            '--set', f'network_g.backbone_path={srcnn}', '--out', str(out), '--out-md', str(md)]
+    search_beta.main(argv)
+    res = json.loads(out.read_text())
+    assert {'dataset', 'option', 'denoiser_path', 'tol', 'max_iter', 'limit', 'grid', 'scales', 'records',
+            'best'} <= set(res)
+    assert (res['dataset'], res['grid'], res['scales'], res['tol']) == ('Set5', [0.005, 0.05], [2], 0.01)
+    recs = res['records']
+    assert [r['beta_init'] for r in recs] == [0.005, 0.05]
+    for r in recs:
+        assert RECORD_KEYS <= set(r)
+        assert (r['method'], r['backbone'], r['dataset'], r['scale'], r['images']) == ('mcnet', 'srcnn', 'Set5', 2, 1)
+        assert 'path.pretrain_network_g=~' in r['overrides']
+        assert f"network_g.beta_init={r['beta_init']!r}" in r['overrides']
+        assert r['fidelity'] <= 1e-5 and 1 <= r['iterations'] <= 5 and 20 < r['psnr'] < 60
+    best = max(recs, key=lambda r: r['psnr'])
+    assert res['best'] == {'2': {k: best[k] for k in ('beta_init', 'psnr', 'ssim', 'iterations')}}
+    # beta is used: the two cells differ
+    assert recs[0]['psnr'] != recs[1]['psnr']
+    text = md.read_text()
+    assert text.startswith('# Results\n\nHand-written text.\n')
+    assert text.count('<!-- search_beta:begin -->') == 1 and '| 0.005 |' in text and '| 0.05 |' in text
+
+
+def test_search_beta_uses_set5_only(tmp_path):
+    opt = yaml.safe_load((REPO_ROOT / 'options' / 'test_mcnet_srcnn_x2.yml').read_text())
+    assert {ds['name'] for ds in opt['datasets'].values()} == {'Set5', 'Set14'}
+    opt['datasets'] = {k: v for k, v in opt['datasets'].items() if v['name'] == 'Set14'}
+    path = tmp_path / 'set14_only.yml'
+    path.write_text(yaml.safe_dump(opt))
+    with pytest.raises(ValueError, match='no Set5 block'):
+        search_beta.load_cell(str(path), [], str(tmp_path))
+
+
+# ------------------------------------------------------------------------------------------ robustness
+def test_perturbations_deterministic(data_root):
+    hr = cv2.imread(str(data_root / 'Set5' / 'HR_mod2' / 'coffee.png'))[:, :, ::-1]
+    lr = cv2.imread(str(data_root / 'Set5' / 'LR_bicubic' / 'X2' / 'coffee.png'))[:, :, ::-1]
+    for name in robustness.PERTURBATIONS:
+        a = robustness.perturb(name, lr, hr, 2, np.random.default_rng(3))
+        b = robustness.perturb(name, lr, hr, 2, np.random.default_rng(3))
+        assert a.dtype == np.uint8 and a.shape == lr.shape and np.array_equal(a, b), name
+        assert np.array_equal(a, lr) == (name == 'none'), name
+    # the noise has the std it claims (rounding adds 1/12 to the variance)
+    d = robustness.perturb('noise5', lr, hr, 2, np.random.default_rng(0)).astype(float) - lr
+    assert np.sqrt(25 + 1 / 12) == pytest.approx(d.std(), rel=0.1)
+    with pytest.raises(ValueError, match='Supported ones are'):
+        robustness.perturb('noise3', lr, hr, 2, np.random.default_rng(0))
+
+
+def test_robustness_quick(data_root, weights, tmp_path):
+    srcnn, _ = weights
+    out, md = tmp_path / 'rob.json', tmp_path / 'results.md'
+    md.write_text('# Results\n\nBefore.\n\n<!-- robustness:begin -->\nold\n<!-- robustness:end -->\n\nAfter.\n')
+    base = ['--quick', '--backbones', 'srcnn', '--data-root', str(data_root), '--set-backbone',
+            f'path.pretrain_network_g={srcnn}', '--set-mcnet', f'network_g.backbone_path={srcnn}',
+            '--out', str(out), '--out-md', str(md)]
+    robustness.main(base)
+    res = json.loads(out.read_text())
+    assert {'dataset', 'scale', 'seed', 'quick', 'perturbations', 'records', 'skipped'} <= set(res)
+    assert (res['dataset'], res['scale'], res['quick'], res['skipped']) == ('Set5', 2, True, [])
+    recs = res['records']
+    # 7 perturbations x (SRCNN, MCNet) + the eps_rms variant on the 3 Gaussian ones
+    assert len(recs) == 17
+    cell = {(r['perturbation'], r['variant']): r for r in recs}
+    for r in recs:
+        assert RECORD_KEYS | {'perturbation', 'variant', 'label', 'eps_rms', 'b_change'} <= set(r)
+        assert (r['backbone'], r['images'], r['device']) == ('srcnn', 1, 'cpu')
+        assert r['method'] == ('backbone' if r['variant'] == 'backbone' else 'mcnet')
+        if r['variant'] == 'mcnet':  # eps = 0: exactly consistent with the b it saw, whatever b is
+            assert r['fidelity'] <= 1e-5, r['perturbation']
+    # the perturbed b differs from the prepared one, more with more noise; the backbone departs from it
+    change = {p: cell[(p, 'backbone')]['b_change'] for p in robustness.PERTURBATIONS}
+    assert change['none'] == 0 and 0 < change['noise1'] < change['noise2'] < change['noise5']
+    assert all(c > 0 for p, c in change.items() if p != 'none')
+    fid = {p: cell[(p, 'backbone')]['fidelity'] for p in robustness.PERTURBATIONS}
+    assert fid['none'] < fid['noise2'] < fid['noise5']
+    # noise-aware eps: the ball's radius is the noise std on Y, and the output lies in it
+    lr_numel = 24 * 24
+    for p, sigma in robustness.NOISE_SIGMA.items():
+        r = cell[(p, 'mcnet_eps_rms')]
+        assert r['eps_rms'] == pytest.approx(sigma * 0.5742 / 255, rel=1e-3)
+        assert 'network_g.eps=~' in r['overrides']
+        assert 1e-5 < r['fidelity'] <= r['eps_rms'] * np.sqrt(lr_numel) * (1 + 1e-6)
+    text = md.read_text()
+    assert text.startswith('# Results\n\nBefore.\n\n<!-- robustness:begin -->\n')
+    assert text.endswith('<!-- robustness:end -->\n\nAfter.\n') and '\nold\n' not in text
+    assert text.count('<!-- robustness:begin -->') == 1 and '| noise5 |' in text and 'QUICK SMOKE RUN' in text
+
+    # a second run replaces the section (one section, the new content), the rest stays
+    robustness.main(base + ['--perturbations', 'jpeg90', '--eps-rms', 'none'])
+    text2 = md.read_text()
+    assert text2.count('<!-- robustness:begin -->') == 1 and text2.count('<!-- robustness:end -->') == 1
+    assert '| jpeg90 |' in text2 and '| noise5 |' not in text2
+    assert text2.startswith('# Results\n\nBefore.\n') and text2.endswith('\n\nAfter.\n')
+    assert len(json.loads(out.read_text())['records']) == 2
+
+
+def test_robustness_fidelity_is_against_perturbed_b(data_root, tmp_path):
+    """b_change is ||Y(b') - Y(b)||_2 of the files make_lr_set writes (the b' every method reads)."""
+    gt, lq = data_root / 'Set5' / 'HR_mod2', data_root / 'Set5' / 'LR_bicubic' / 'X2'
+    change = robustness.make_lr_set('noise2', str(gt), str(lq), str(tmp_path / 'n2'), 2, seed=0)
+    changes = []
+    for name in ('astronaut.png', 'coffee.png'):
+        new = cv2.imread(str(tmp_path / 'n2' / name))[:, :, ::-1].copy()
+        old = cv2.imread(str(lq / name))[:, :, ::-1].copy()
+        y = [rgb_to_ycbcr(torch.from_numpy(a.transpose(2, 0, 1) / 255.0)[None])[:, :1] for a in (new, old)]
+        changes.append(float((y[0] - y[1]).norm()))
+        # the noise on Y has about the std the eps_rms variant assumes
+        assert float((y[0] - y[1]).std()) == pytest.approx(2 * robustness.Y_NOISE_GAIN / 255, rel=0.25)
+    assert change == pytest.approx(np.mean(changes), rel=1e-12)
+
+
+def test_robustness_skips_missing_pairs(data_root):
+    pairs = [('nope', 'Nope', 'options/test_nope_x{s}.yml', 'options/test_mcnet_nope_x{s}.yml')]
+    records, skipped = robustness.run(perturbations=['none'], pairs=pairs, data_root=str(data_root), quick=True,
+                                      log=lambda *a: None)
+    assert records == []
+    assert skipped == [{'backbone': 'nope', 'label': 'Nope', 'reason': 'no option file options/test_nope_x2.yml; '
+                        'no option file options/test_mcnet_nope_x2.yml'}]
+
+
+def test_md_section_rejects_broken_markers(tmp_path):
+    path = tmp_path / 'r.md'
+    path.write_text('text\n<!-- x:end -->\n<!-- x:begin -->\n')
+    with pytest.raises(ValueError, match='must appear once each'):
+        md_section.replace_section(str(path), 'x', 'body')
+    assert path.read_text() == 'text\n<!-- x:end -->\n<!-- x:begin -->\n'
+    new = tmp_path / 'new.md'
+    md_section.replace_section(str(new), 'x', 'one')
+    md_section.replace_section(str(new), 'x', 'two')
+    assert new.read_text() == '<!-- x:begin -->\ntwo\n<!-- x:end -->\n'
