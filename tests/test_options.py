@@ -92,3 +92,25 @@ def test_compact_backbone_option_runs_forward(name):
         out = net(lr)
     assert out.shape == (1, 3, 8 * s, 8 * s)
     assert torch.isfinite(out).all()
+
+
+WEIGHTS = Path(__file__).resolve().parents[1] / 'mcnet_basicsr' / 'weights'
+
+
+@pytest.mark.parametrize('name', sorted(p.name for p in OPTIONS if '_compact_' in p.name and p.name.startswith('test_')))
+def test_shipped_weights_load_strictly_into_their_option_files(name):
+    """The option files that name shipped weights build networks those weights fit exactly (strict loading)."""
+    opt = _load(next(p for p in OPTIONS if p.name == name))
+    net_opt = copy.deepcopy(opt['network_g'])
+    for key in ('backbone_path', 'denoiser_path'):
+        if net_opt.get(key) and net_opt[key].startswith('mcnet_basicsr/weights/'):
+            net_opt[key] = str(WEIGHTS / Path(net_opt[key]).name)  # the backbone is loaded strictly by the arch
+        elif key in net_opt:
+            net_opt[key] = None
+    net = ARCH_REGISTRY.get(net_opt.pop('type'))(**net_opt)
+    ckpt = opt['path']['pretrain_network_g']
+    if ckpt:
+        assert ckpt.startswith('mcnet_basicsr/weights/'), ckpt
+        state = torch.load(WEIGHTS / Path(ckpt).name, map_location='cpu', weights_only=True)['params']
+        result = net.load_state_dict(state, strict=True)
+        assert not result.missing_keys and not result.unexpected_keys
