@@ -288,8 +288,9 @@ def build_mcnet(backbone, scale, device, quick):
         else:
             net_opt.pop('backbone_path', None)
             note.append('timing only, random weights')
-        if quick:  # a tiny RCAN of the same type: the code path, not the numbers
+        if quick:  # a tiny random RCAN of the same type: the code path, not the numbers
             net_opt['backbone'].update(num_feat=8, num_group=1, num_block=1, squeeze_factor=4)
+            net_opt.pop('backbone_path', None)
     pretrain = opt.get('path', {})
     if pretrain.get('pretrain_network_g') and not osp.isabs(pretrain['pretrain_network_g']):
         pretrain = dict(pretrain, pretrain_network_g=osp.join(ROOT, pretrain['pretrain_network_g']))
