@@ -10,7 +10,10 @@ Both solvers:
 * return the BEST iterate per sample: the iterate ``z_k`` (the input of ``f``,
   not its image ``f(z_k)``) with the lowest residual ``||f(z_k) - z_k||`` seen;
   for a converged sample this is the iterate at which it converged;
-* run under ``torch.no_grad()``; work on any device and floating dtype.
+* run under ``torch.no_grad()``; work on any device and floating dtype;
+* sync with the host once per iteration (the batch-wide early exit); all
+  per-sample state (masks, counts, best iterate, Anderson history) stays on the
+  device.
 """
 from __future__ import annotations
 
@@ -44,9 +47,46 @@ def _residual(fx: torch.Tensor, x: torch.Tensor, stop: str) -> torch.Tensor:
     return r
 
 
+class _HostFlag:
+    """Deferred device -> host read of a 0-dim bool tensor.
+
+    ``post(t)`` enqueues the copy, ``get()`` returns its value. On CUDA the copy
+    goes to pinned memory behind an event, so work enqueued between ``post`` and
+    ``get`` is already in the GPU queue when the host blocks: the host waits only
+    for the flag (not for that work) and the GPU keeps running while the host
+    launches the next kernels. Elsewhere it is a plain ``bool()``.
+    """
+
+    def __init__(self, device: torch.device):
+        self._cuda = device.type == 'cuda'
+        if self._cuda:
+            self._buf = torch.zeros((), dtype=torch.bool, pin_memory=True)
+            self._event = torch.cuda.Event()
+            self._device = device
+        self._t = None
+
+    def post(self, t: torch.Tensor) -> None:
+        if self._cuda:
+            self._buf.copy_(t, non_blocking=True)
+            self._event.record(torch.cuda.current_stream(self._device))
+        else:
+            self._t = t
+
+    def get(self) -> bool:
+        if self._cuda:
+            self._event.synchronize()
+            return bool(self._buf)
+        return bool(self._t)
+
+
 def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step) -> Tuple[torch.Tensor, SolverStats]:
-    """Shared loop. ``step(k, x, fx, active) -> x_new`` proposes the next iterate
-    (flat ``(N, D)``); rows of frozen samples are discarded afterwards."""
+    """Shared loop. ``step(k, x, fx) -> x_new`` proposes the next iterate
+    (flat ``(N, D)``); rows of frozen samples are discarded afterwards.
+
+    One host sync per iteration (the batch-wide "all converged" exit, needed to
+    know whether to evaluate ``f`` again); the per-sample masks stay on the
+    device. The step is enqueued before that sync (it only touches solver state,
+    so running it once more after the last iteration changes nothing)."""
     _check_stop(stop)
     if max_iter < 1:
         raise ValueError(f'max_iter must be >= 1, got {max_iter}')
@@ -60,6 +100,7 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step) ->
     best_res = torch.full((n,), float('inf'), dtype=x.dtype, device=dev)
     converged = torch.zeros(n, dtype=torch.bool, device=dev)
     iterations = torch.full((n,), max_iter, dtype=torch.long, device=dev)
+    all_done = _HostFlag(dev)
     trace = []
     nfe = 0
     for k in range(max_iter):
@@ -74,13 +115,15 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step) ->
         best_res = torch.where(improve, res, best_res)
         newly = active & (res <= tol)
         converged = converged | newly
-        iterations = torch.where(newly, torch.full_like(iterations, k + 1), iterations)
+        iterations = iterations.masked_fill(newly, k + 1)
         # frozen samples repeat their final residual
         trace.append(torch.where(active, res, best_res))
-        if k == max_iter - 1 or bool(converged.all()):
+        if k == max_iter - 1:
             break
-        x_new = step(k, x, fx, ~converged)
-        x = torch.where(converged[:, None], x, x_new)
+        all_done.post(converged.all())
+        x = torch.where(converged[:, None], x, step(k, x, fx))
+        if all_done.get():
+            break
     stats = SolverStats(iterations=iterations, residual=best_res, converged=converged, trace=trace, nfe=nfe)
     return best_x.reshape(shape), stats
 
@@ -93,7 +136,7 @@ def fixed_point_solve(f: Fn, z0: torch.Tensor, tol: float = _D.tol, max_iter: in
     Returns ``(z, stats)``: ``z`` has ``z0``'s shape and holds, per sample, the
     iterate with the lowest residual (see module docstring).
     """
-    return _run(f, z0, tol, max_iter, stop, lambda k, x, fx, active: fx)
+    return _run(f, z0, tol, max_iter, stop, lambda k, x, fx: fx)
 
 
 @torch.no_grad()
@@ -107,6 +150,13 @@ def anderson_solve(f: Fn, z0: torch.Tensor, m: int = _D.m, lam: float = _D.lam, 
     float64 ``min_a ||G^T a||^2 + reg ||a||^2`` s.t. ``sum(a) = 1`` with
     ``reg = lam * ||G||_F^2 + 1e-30`` (i.e. ``a ∝ (G G^T + reg I)^{-1} 1``) and
     moves to ``x = mixing * sum a_i f(x_i) + (1 - mixing) * sum a_i x_i``.
+    A sample whose small solve fails (singular / non-finite) takes the plain
+    step ``f(x)`` instead.
+
+    The float64 Gram matrix ``G G^T`` is cached and only the new residual's
+    row/column is computed each iteration (``||G||_F^2`` is its trace); the
+    small solves are one batched ``linalg.solve_ex`` and nothing in the step
+    syncs with the host.
 
     Returns ``(z, stats)``: ``z`` has ``z0``'s shape and holds, per sample, the
     iterate ``z_k`` with the lowest residual (not its image ``f(z_k)``).
@@ -119,33 +169,39 @@ def anderson_solve(f: Fn, z0: torch.Tensor, m: int = _D.m, lam: float = _D.lam, 
         raise ValueError(f'mixing must be in (0, 1], got {mixing}')
     state = {}
 
-    def step(k, x, fx, active):
-        if 'X' not in state:
-            state['X'] = x.new_zeros((x.shape[0], m, x.shape[1]))
-            state['F'] = x.new_zeros((x.shape[0], m, x.shape[1]))
-        X, F = state['X'], state['F']
+    def step(k, x, fx):
+        if not state:
+            n, d = x.shape
+            state['X'] = x.new_zeros((n, m, d))                  # iterates
+            state['F'] = x.new_zeros((n, m, d))                  # their images
+            state['G'] = x.new_zeros((n, m, d), dtype=torch.float64)  # residuals, float64
+            state['gram'] = x.new_zeros((n, m, m), dtype=torch.float64)
+            state['ones'] = x.new_ones((n, m, 1), dtype=torch.float64)
+        X, F, G, gram = state['X'], state['F'], state['G'], state['gram']
         slot = k % m  # ring buffer; the weights do not depend on the order
         X[:, slot] = x
         F[:, slot] = fx
+        g = G[:, slot]
+        torch.sub(fx, x, out=g)  # computed in x.dtype (as fx - x), stored widened to float64
+        # new row/column of the Gram matrix (unused slots are zero rows -> zero entries)
+        row = torch.bmm(G, g.unsqueeze(2)).squeeze(2)               # (N, m)
+        gram[:, slot, :] = row
+        gram[:, :, slot] = row
         h = min(k + 1, m)
         if h == 1:
             return fx if mixing == 1.0 else mixing * fx + (1.0 - mixing) * x
-        Xh, Fh = X[:, :h], F[:, :h]
-        G = (Fh - Xh).double()                                        # (N, h, D)
-        gram = G @ G.transpose(1, 2)                                  # (N, h, h)
-        reg = lam * G.square().sum(dim=(1, 2)) + _LAM_FLOOR           # (N,)
-        eye = torch.eye(h, dtype=gram.dtype, device=gram.device)
-        A = gram + reg[:, None, None] * eye
-        w = torch.linalg.solve(A, torch.ones(A.shape[0], h, 1, dtype=A.dtype, device=A.device))
+        A = gram[:, :h, :h].clone()
+        diag = A.diagonal(dim1=1, dim2=2)                           # view: ||g_i||^2
+        reg = lam * diag.sum(dim=1, keepdim=True) + _LAM_FLOOR      # (N, 1) = lam ||G||_F^2 + floor
+        diag.add_(reg)
+        w, info = torch.linalg.solve_ex(A, state['ones'][:, :h])    # no error check, no sync
         alpha = (w / w.sum(dim=1, keepdim=True)).transpose(1, 2).to(x.dtype)  # (N, 1, h)
-        new = (alpha @ Fh).squeeze(1)
+        new = torch.bmm(alpha, F[:, :h]).squeeze(1)
         if mixing != 1.0:
-            new = mixing * new + (1.0 - mixing) * (alpha @ Xh).squeeze(1)
+            new = mixing * new + (1.0 - mixing) * torch.bmm(alpha, X[:, :h]).squeeze(1)
         # a singular / non-finite LS solve must not poison a sample: fall back to plain step
-        bad = ~torch.isfinite(new).all(dim=1)
-        if bool(bad.any()):
-            new = torch.where(bad[:, None], fx, new)
-        return new
+        bad = (info != 0) | ~torch.isfinite(new).all(dim=1)
+        return torch.where(bad[:, None], fx, new)
 
     return _run(f, z0, tol, max_iter, stop, step)
 
