@@ -181,3 +181,26 @@ def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
     run(['-m', 'mcnet_basicsr.autoload', 'uninstall', '--user'], env=env)
     proc = run([str(checkout / 'basicsr' / 'test.py'), '-opt', test_path], cwd=checkout, env=env, check=False)
     assert proc.returncode != 0
+
+
+def test_prepare_datasets_union_of_training_sets(tmp_path):
+    """'A+B' packs the patches of both folders into one LMDB pair; equal file names do not collide."""
+    import lmdb
+    for part, names in (('SetA', ('coffee', 'astronaut')), ('SetB', ('coffee',))):
+        hr_dir = tmp_path / 'src' / part / 'HR'
+        hr_dir.mkdir(parents=True)
+        for name in names:
+            cv2.imwrite(str(hr_dir / f'{name}.png'), cv2.cvtColor(sample_photo(name, 48), cv2.COLOR_RGB2BGR))
+    run(['scripts/prepare_datasets.py', '--src', str(tmp_path / 'src'), '--root', str(tmp_path / 'datasets'),
+         '--scales', '2', '--eval-sets', '--train-sets', 'SetA+SetB', '--patch-size', '48', '--step', '48'],
+        cwd=REPO_ROOT)
+    keys = {}
+    for kind in ('HR', 'LR'):
+        path = tmp_path / 'datasets' / 'SetA_SetB' / f'SetA_SetB_{kind}_sub_x2.lmdb'
+        meta = (path / 'meta_info.txt').read_text().split('\n')
+        keys[kind] = sorted(line.split('.png')[0] for line in meta if line)
+        env = lmdb.open(str(path), readonly=True, lock=False)
+        with env.begin() as txn:
+            assert all(txn.get(k.encode()) is not None for k in keys[kind])
+    # one 48x48 patch per 48x48 image: three images, the two 'coffee' ones told apart by their set
+    assert keys['HR'] == keys['LR'] == ['SetA_astronaut_s001', 'SetA_coffee_s001', 'SetB_coffee_s001']
