@@ -116,6 +116,7 @@ def tiny_option(ws, name, total_iter, sigma=(0.05, 0.15)):
     opt['datasets']['val']['dataroot_gt'] = str(ws / 'datasets/Set5/HR_mod2')
     opt['network_g'].update(num_feat=16)
     opt['train'].update(total_iter=total_iter, noise_range=list(sigma))
+    opt['train']['optim_g']['lr'] = 1e-3  # a 40-step run has to move: not the recipe's rate
     opt['train']['scheduler']['milestones'] = [total_iter]
     opt['val'].update(val_freq=total_iter // 2, noise_sigma=0.1)
     opt['logger'].update(print_freq=5, save_checkpoint_freq=total_iter // 2)

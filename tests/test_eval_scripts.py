@@ -3,7 +3,9 @@
 CPU only: a two-photo "Set5" (48x48 HR, scikit-image photos) is prepared in a temporary folder
 exactly as scripts/prepare_datasets.py lays it out; solvers are loose. Backbone weights: the
 converted official SRCNN when experiments/pretrained_models has it, else the shipped SRCNN (same
-layout); denoiser: the authors' DnCNN6 from ../shared when present, else a seeded random DnCNN6.
+layout); denoiser: the authors' DnCNN6 from ../shared when present, else the trained DnCNN6 inside our
+shipped MCNet+SRCNN x2 layer (a random DnCNN6 is nearly the identity, and with an identity denoiser the
+layer's fixed point is P_S(w) whatever beta is, which would make the beta search meaningless).
 """
 import json
 import sys
@@ -54,9 +56,11 @@ def weights(tmp_path_factory):
     srcnn = SRCNN_X2 if SRCNN_X2.exists() else SRCNN_X2_SHIPPED
     if DNCNN6.exists():
         return str(srcnn), str(DNCNN6)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp('weights') / 'dncnn6_random.pth'
-    torch.save({'params': DnCNN().state_dict()}, path)
+    layer = torch.load(SRCNN_X2_SHIPPED.parent / 'mcnet_srcnn_x2.pth', map_location='cpu', weights_only=True)['params']
+    state = {k[len('denoiser.'):]: v for k, v in layer.items() if k.startswith('denoiser.')}
+    DnCNN().load_state_dict(state)  # the layout a DnCNN6 checkpoint has
+    path = tmp_path_factory.mktemp('weights') / 'dncnn6_from_shipped_layer.pth'
+    torch.save({'params': state}, path)
     return str(srcnn), str(path)
 
 
