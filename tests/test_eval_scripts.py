@@ -153,7 +153,8 @@ def test_robustness_quick(data_root, weights, tmp_path):
         r = cell[(p, 'mcnet_eps_rms')]
         assert r['eps_rms'] == pytest.approx(sigma * 0.5742 / 255, rel=1e-3)
         assert 'network_g.eps=~' in r['overrides']
-        assert 1e-5 < r['fidelity'] <= r['eps_rms'] * np.sqrt(lr_numel) * (1 + 1e-6)
+        # float32 output of a float64 projection: on the sphere up to float32 rounding
+        assert 1e-5 < r['fidelity'] <= r['eps_rms'] * np.sqrt(lr_numel) * (1 + 1e-5)
     text = md.read_text()
     assert text.startswith('# Results\n\nBefore.\n\n<!-- robustness:begin -->\n')
     assert text.endswith('<!-- robustness:end -->\n\nAfter.\n') and '\nold\n' not in text
