@@ -81,6 +81,15 @@ def read_rgb(path):
     return img.astype(np.float32) / 255.0  # BGR, as BasicSR's datasets
 
 
+def psnr_float_y(y, gt, scale):
+    """The paper's secondary protocol: PSNR of the *float* output Y (clipped to [0, 1], not rounded) against
+    the HR Y, both BT.601 in [0, 1], crop = scale. ``y``: 1x1xHxW tensor; ``gt``: HxWx3 BGR float in [0, 1]
+    (as ``read_rgb`` returns it)."""
+    gt_y = rgb_to_ycbcr(torch.from_numpy(np.ascontiguousarray(gt[:, :, ::-1].transpose(2, 0, 1)))[None].double())[:, :1]
+    diff = (y.double().cpu().clamp(0, 1) - gt_y)[..., scale:-scale, scale:-scale]
+    return float(10 * torch.log10(1 / diff.pow(2).mean()))
+
+
 def evaluate_option(opt, device, overrides=(), limit=None):
     net = build_network(opt['network_g'])
     load_weights(net, opt.get('path', {}))
@@ -93,7 +102,7 @@ def evaluate_option(opt, device, overrides=(), limit=None):
     records = []
     for ds in opt['datasets'].values():
         names = sorted(f for f in os.listdir(ds['dataroot_gt']) if f.lower().endswith(IMG_EXT))[:limit]
-        psnrs, ssims, fids, secs, iters, ratios = [], [], [], [], [], []
+        psnrs, ssims, fids, secs, iters, ratios, psnrs_fy = [], [], [], [], [], [], []
         for name in tqdm(names, desc=f'{opt["name"]} {ds["name"]}', unit='img', leave=False):
             gt = read_rgb(osp.join(ds['dataroot_gt'], name))
             lq = img2tensor(read_rgb(osp.join(ds['dataroot_lq'], name)), bgr2rgb=True, float32=True)[None].to(device)
@@ -115,6 +124,7 @@ def evaluate_option(opt, device, overrides=(), limit=None):
             sr_img = tensor2img([out.detach().cpu().clone()])
             gt_img = (gt * 255.0).round().astype(np.uint8)
             psnrs.append(calculate_psnr(sr_img, gt_img, crop_border=scale, test_y_channel=True))
+            psnrs_fy.append(psnr_float_y(y, gt, scale))
             ssims.append(calculate_ssim(sr_img, gt_img, crop_border=scale, test_y_channel=True))
             stats = getattr(net, 'last_stats', None)
             if stats:
@@ -124,7 +134,7 @@ def evaluate_option(opt, device, overrides=(), limit=None):
             'psnr': float(np.mean(psnrs)), 'ssim': float(np.mean(ssims)), 'fidelity': float(np.max(fids)),
             'fidelity_mean': float(np.mean(fids)), 'seconds_per_image': float(np.mean(secs[1:] or secs)),
             'iterations': float(np.mean(iters)) if iters else None, 'images': len(names), 'option': opt['name'],
-            'eps': eps_abs, 'eps_rms': eps_rms, 'fidelity_over_eps': float(np.max(ratios)) if ratios else None,
+            'psnr_float_y': float(np.mean(psnrs_fy)), 'eps': eps_abs, 'eps_rms': eps_rms, 'fidelity_over_eps': float(np.max(ratios)) if ratios else None,
             'device': torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
             'overrides': list(overrides)})
     return records

@@ -32,7 +32,7 @@ from evaluate import evaluate_option, set_by_path  # noqa: E402
 
 REQUIRED_KEYS = ('method', 'backbone', 'scale', 'dataset', 'psnr', 'ssim', 'fidelity', 'seconds_per_image',
                  'iterations')
-EXTRA_KEYS = ('backbone_weights', 'eps', 'eps_rms', 'fidelity_over_eps', 'fidelity_mean', 'images', 'option', 'device', 'overrides')
+EXTRA_KEYS = ('backbone_weights', 'psnr_float_y', 'eps', 'eps_rms', 'fidelity_over_eps', 'fidelity_mean', 'images', 'option', 'device', 'overrides')
 SCALES = (2, 3, 4)
 DATASETS = ('Set5', 'Set14')
 
@@ -255,6 +255,10 @@ def markdown(records, skipped, quick=False):
     if overrides:
         md += f'Option overrides: `{"`, `".join(overrides)}`.\n'
     md += '\n## Table 2: PSNR (dB) / SSIM on Y\n\n' + table(both, target_rows)
+    if any(r.get('psnr_float_y') is not None for r in records):
+        fy = _cells([r for r in records if r.get('psnr_float_y') is not None], 'psnr_float_y', lambda v: f'{v:.2f}')
+        md += ('\n## Table 2, secondary protocol: PSNR (dB) of the float Y output (not rounded), crop = scale\n\n'
+               + table(fy))
     md += ('\n## Table 1: data fidelity ||A x - b||_2 (Y in [0, 1]), max over the set (mean)\n\n' + table(fid_both))
     md += '\n## Seconds per image (mean iterations)\n\n' + table(timing)
     md += ('\nNotes: PnP-ADMM is MCNet\'s iteration with beta = 0 and no backbone, run for a fixed number of '
