@@ -17,7 +17,8 @@ from mcnet_basicsr.ops import build_operator, imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr, ycbcr_to_rgb
 
 from .dncnn_arch import DnCNN, load_dncnn
-from .mcnet_arch import _DTYPES, FrozenBackboneMixin, MCNetArch, build_frozen_backbone, check_backbone_options, check_eps_options
+from .mcnet_arch import (_DTYPES, FrozenBackboneMixin, MCNetArch, build_frozen_backbone, check_backbone_options,
+                         check_eps_options, eps_repr)
 
 _TV_KINDS = ('anisotropic', 'isotropic')
 
@@ -154,8 +155,8 @@ class PnPADMM(nn.Module):
         return self
 
     def extra_repr(self):
-        eps = f'eps_rms={self.eps_rms}' if self.eps_rms is not None else f'eps={self.eps or 0.0}'
-        return f'scale={self.scale}, operator={self.operator!r}, {eps}, iterations={self.iterations}'
+        return (f'scale={self.scale}, operator={self.operator!r}, {eps_repr(self.eps, self.eps_rms)}, '
+                f'iterations={self.iterations}')
 
     @torch.no_grad()
     def solve(self, b, iterations=None):
@@ -319,8 +320,8 @@ class TVTV(FrozenBackboneMixin, nn.Module):
         self.last_stats = None
 
     def extra_repr(self):
-        eps = f'eps_rms={self.eps_rms}' if self.eps_rms is not None else f'eps={self.eps or 0.0}'
-        return (f'scale={self.scale}, operator={self.operator!r}, {eps}, beta={self.beta}, rho={self.rho}, '
+        return (f'scale={self.scale}, operator={self.operator!r}, {eps_repr(self.eps, self.eps_rms)}, '
+                f'beta={self.beta}, rho={self.rho}, '
                 f'iterations={self.iterations}, tv={self.tv!r}, backbone={type(self.backbone).__name__} (frozen)')
 
     def objective(self, x, w):

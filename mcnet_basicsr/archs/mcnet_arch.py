@@ -51,6 +51,11 @@ def check_backbone_options(backbone_input, backbone_channels, backbone_dtype):
         raise ValueError(f'backbone_dtype must be one of {sorted(k for k in _DTYPES if k)}, got {backbone_dtype!r}.')
 
 
+def eps_repr(eps, eps_rms):
+    """The radius setting as ``extra_repr`` shows it: ``eps_rms=...`` or ``eps=...`` (0 when neither is set)."""
+    return f'eps_rms={eps_rms}' if eps_rms is not None else f'eps={eps or 0.0}'
+
+
 def check_eps_options(eps, eps_rms):
     """Validate the consistency radius options (``eps`` or ``eps_rms``) shared with the baselines."""
     if eps is not None and eps_rms is not None:
@@ -206,8 +211,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         self.forward_solver, self.backward_solver = fwd, bwd
 
     def extra_repr(self):
-        eps = f'eps_rms={self.eps_rms}' if self.eps_rms is not None else f'eps={self.eps or 0.0}'
-        return (f'scale={self.scale}, operator={self.operator!r}, {eps}, rho={self.rho}, '
+        return (f'scale={self.scale}, operator={self.operator!r}, {eps_repr(self.eps, self.eps_rms)}, rho={self.rho}, '
                 f'backbone={type(self.backbone).__name__} (frozen, not in state_dict)')
 
     # ------------------------------------------------------------------ pieces
