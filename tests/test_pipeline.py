@@ -204,3 +204,35 @@ def test_prepare_datasets_union_of_training_sets(tmp_path):
             assert all(txn.get(k.encode()) is not None for k in keys[kind])
     # one 48x48 patch per 48x48 image: three images, the two 'coffee' ones told apart by their set
     assert keys['HR'] == keys['LR'] == ['SetA_astronaut_s001', 'SetA_coffee_s001', 'SetB_coffee_s001']
+
+
+def _photos_test_option(ws, name, run_name):
+    opt = load_option(name)
+    opt.update(name=run_name, num_gpu=0)
+    opt['datasets'] = {'test_1': dict(opt['datasets']['test_1'], name='Photos',
+                                      dataroot_gt=str(ws / 'datasets/Photos/HR_mod2'),
+                                      dataroot_lq=str(ws / 'datasets/Photos/LR_bicubic/X2'))}
+    return opt
+
+
+def test_shipped_compact_rcan_and_its_layer_through_test_pipeline(workspace):
+    """options/test_rcan_compact_x2.yml and test_mcnet_rcan_compact_x2.yml with the shipped weights, run by
+    test_pipeline on real photos: the layer keeps every output inside its eps ball and improves on the backbone."""
+    ws = workspace
+    psnr = {}
+    for name in ('test_rcan_compact_x2.yml', 'test_mcnet_rcan_compact_x2.yml'):
+        opt = _photos_test_option(ws, name, f'e2e_{name[:-4]}')
+        opt['path']['pretrain_network_g'] = str(REPO_ROOT / opt['path']['pretrain_network_g'])
+        if 'backbone_path' in opt['network_g']:
+            opt['network_g']['backbone_path'] = str(REPO_ROOT / opt['network_g']['backbone_path'])
+            opt['network_g']['solver'] = {'forward': {'tol': 1e-5, 'max_iter': 100}}
+        in_process('test', ws, dump_option(opt, ws / f'{name}'))
+        log = newest_log(ws / 'results' / opt['name'], 'test')
+        psnr[name] = float(log.split('# psnr: ')[1].split()[0])
+    mcnet_log = log
+    line = next(ln for ln in mcnet_log.splitlines() if 'fidelity_float' in ln)
+    worst = float(line.split('max ')[1].split()[0])
+    # eps = eps_rms sqrt(#LR pixels): 0.0543 for the smallest LR photo (48x48), 0.0607 for the largest (48x60);
+    # the backbone's outputs are outside their balls, so the layer's outputs sit on them
+    assert 0.0543 < worst <= 0.0011320 * (48 * 60) ** 0.5 * (1 + 1e-5), line
+    assert psnr['test_mcnet_rcan_compact_x2.yml'] > psnr['test_rcan_compact_x2.yml'], psnr
