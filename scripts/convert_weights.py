@@ -4,6 +4,8 @@
     --type srcnn_pth   MCNet authors' SRCNN state dicts (conv{1,2,3}.*) -> SRCNN, padding_mode 'zeros'
     --type rdn         official RDN (EDSR-PyTorch, SFENet1/RDBs/GFF/UPNet) or yjn870 RDN-pytorch
                        (sfe1/rdbs/gff/upscale/output) state dict -> RDN
+    --type rcan        official RCAN (yulunzhang/RCAN, EDSR-PyTorch: head/body/tail, e.g. RCAN_BIX2.pt)
+                       -> basicsr's RCAN (conv_first/body.<g>.residual_group/.../conv_last)
 
 Every converted state dict is loaded into the arch with ``strict=True`` before it is written.
 Without input files, srcnn_mat converts the three 9-5-5 ImageNet models and srcnn_pth the six
@@ -13,6 +15,7 @@ third-party conversions are never committed); existing files are kept unless --f
     python scripts/convert_weights.py --type srcnn_mat
     python scripts/convert_weights.py --type srcnn_pth --out-dir /tmp/weights
     python scripts/convert_weights.py --type rdn RDN_x2.pt --name rdn_official_x2
+    python scripts/convert_weights.py --type rcan RCAN_BIX2.pt --name RCAN_BIX2   # what options/*rcan_x2.yml read
 """
 import argparse
 import logging
@@ -23,7 +26,10 @@ import sys
 sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), osp.pardir)))
 import mcnet_basicsr  # noqa: E402  (before basicsr: torchvision alias, registries)
 
+import re  # noqa: E402
+
 import torch  # noqa: E402
+from basicsr.archs.rcan_arch import RCAN  # noqa: E402
 from mcnet_basicsr.archs.rdn_arch import RDN, convert_rdn_state_dict  # noqa: E402
 from mcnet_basicsr.archs.srcnn_arch import SRCNN, convert_srcnn_mat, srcnn_options_from_state_dict  # noqa: E402
 
@@ -36,6 +42,7 @@ DEFAULT_INPUTS = {
         for s in (2, 3, 4)
     ],
     'rdn': [],
+    'rcan': [],
 }
 SRCNN_KEYS = {f'conv{i}.{p}' for i in (1, 2, 3) for p in ('weight', 'bias')}
 
@@ -129,7 +136,78 @@ def convert_rdn_file(path):
     return {k: v.float().contiguous() for k, v in state_dict.items()}, RDN(**options), options
 
 
-CONVERTERS = {'srcnn_mat': convert_srcnn_mat_file, 'srcnn_pth': convert_srcnn_pth_file, 'rdn': convert_rdn_file}
+# official RCAN key -> basicsr RCAN key; body.<g>.body.<B> (the group's last conv) and body.<G> (the conv
+# after all groups) depend on the configuration and are handled in convert_rcan_state_dict
+_RCAN_RULES = (
+    (re.compile(r'^head\.0\.'), 'conv_first.'),
+    (re.compile(r'^body\.(\d+)\.body\.(\d+)\.body\.([02])\.'), r'body.\1.residual_group.\2.rcab.\3.'),
+    (re.compile(r'^body\.(\d+)\.body\.(\d+)\.body\.3\.conv_du\.0\.'), r'body.\1.residual_group.\2.rcab.3.attention.1.'),
+    (re.compile(r'^body\.(\d+)\.body\.(\d+)\.body\.3\.conv_du\.2\.'), r'body.\1.residual_group.\2.rcab.3.attention.3.'),
+    (re.compile(r'^tail\.0\.(\d+)\.'), r'upsample.\1.'),
+    (re.compile(r'^tail\.1\.'), 'conv_last.'),
+)
+RCAN_MEAN = (0.4488, 0.4371, 0.4040)
+
+
+def convert_rcan_state_dict(state_dict):
+    """Map an official RCAN state dict (EDSR-PyTorch ``rcan.py``) onto basicsr's ``RCAN`` and read its options.
+
+    The fixed ``sub_mean``/``add_mean`` convolutions are dropped: basicsr's RCAN subtracts ``rgb_mean`` and
+    scales by ``img_range`` itself; their bias must be the DIV2K mean that basicsr uses (checked). Returns
+    (state dict, RCAN options).
+    """
+    sd = {(k[len('module.'):] if k.startswith('module.') else k): v for k, v in state_dict.items()}
+    if 'head.0.weight' not in sd or 'tail.1.weight' not in sd:
+        raise ConversionError('not an official RCAN state dict (no head.0.weight / tail.1.weight).')
+    for name, sign in (('sub_mean', -1), ('add_mean', 1)):
+        if f'{name}.bias' in sd:
+            bias = sd[f'{name}.bias'].double() * sign / 255.0
+            if not torch.allclose(bias, torch.tensor(RCAN_MEAN, dtype=torch.float64), atol=1e-4):
+                raise ConversionError(f'{name} has mean {bias.tolist()}, not basicsr RCAN\'s {list(RCAN_MEAN)} '
+                                      '(rgb_range 255): set rgb_mean/img_range by hand.')
+    groups = sorted({int(k.split('.')[1]) for k in sd if re.match(r'^body\.\d+\.', k)})
+    num_group = groups[-1]  # body.<G> is the conv after the groups
+    blocks = sorted({int(k.split('.')[3]) for k in sd if re.match(r'^body\.0\.body\.\d+\.', k)})
+    num_block = blocks[-1]  # body.<g>.body.<B> is the group's last conv
+    converted = {}
+    for key, value in sd.items():
+        if key.startswith(('sub_mean.', 'add_mean.')):
+            continue
+        m = re.match(r'^body\.(\d+)\.(weight|bias)$', key)
+        if m and int(m.group(1)) == num_group:
+            converted[f'conv_after_body.{m.group(2)}'] = value
+            continue
+        m = re.match(r'^body\.(\d+)\.body\.(\d+)\.(weight|bias)$', key)
+        if m and int(m.group(2)) == num_block:
+            converted[f'body.{m.group(1)}.conv.{m.group(3)}'] = value
+            continue
+        for pattern, replacement in _RCAN_RULES:
+            if pattern.match(key):
+                converted[pattern.sub(replacement, key)] = value
+                break
+        else:
+            raise ConversionError(f'unexpected key {key!r} for the official RCAN layout.')
+    num_feat = converted['conv_first.weight'].shape[0]
+    up = converted['upsample.0.weight'].shape[0] // num_feat
+    upscale = 4 if 'upsample.2.weight' in converted else round(up**0.5)
+    squeeze = num_feat // converted['body.0.residual_group.0.rcab.3.attention.1.weight'].shape[0]
+    options = dict(num_in_ch=converted['conv_first.weight'].shape[1], num_out_ch=converted['conv_last.weight'].shape[0],
+                   num_feat=num_feat, num_group=num_group, num_block=num_block, squeeze_factor=squeeze,
+                   upscale=upscale, res_scale=1, img_range=255., rgb_mean=RCAN_MEAN)
+    return converted, options
+
+
+def convert_rcan_file(path):
+    try:
+        state_dict, options = convert_rcan_state_dict(load_torch_state_dict(path))
+    except ConversionError as err:
+        raise ConversionError(f'{path}: {err}') from err
+    logger.info('  official RCAN layout: %s', options)
+    return {k: v.float().contiguous() for k, v in state_dict.items()}, RCAN(**options), options
+
+
+CONVERTERS = {'srcnn_mat': convert_srcnn_mat_file, 'srcnn_pth': convert_srcnn_pth_file, 'rdn': convert_rdn_file,
+              'rcan': convert_rcan_file}
 
 
 def output_name(kind, path):

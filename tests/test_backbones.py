@@ -271,6 +271,98 @@ def test_convert_script_rdn(tmp_path, convert_weights):
     assert convert_weights.main(['--type', 'srcnn_pth', str(src), '--out-dir', str(tmp_path / 'x')]) == 1
 
 
+# ----------------------------------------------------------------------------------------------- RCAN (official layout)
+RCAN_DIV2K_MEAN = (0.4488, 0.4371, 0.4040)
+
+
+def official_rcan_shapes(n_feats, n_resgroups, n_resblocks, reduction, scale):
+    """Parameter shapes of yulunzhang/RCAN's rcan.py (EDSR-PyTorch), written from its layer list."""
+    shapes = {'sub_mean.weight': (3, 3, 1, 1), 'sub_mean.bias': (3, ), 'add_mean.weight': (3, 3, 1, 1),
+              'add_mean.bias': (3, ), 'head.0.weight': (n_feats, 3, 3, 3), 'head.0.bias': (n_feats, )}
+    for g in range(n_resgroups):
+        for b in range(n_resblocks):
+            pre = f'body.{g}.body.{b}.body'
+            for i in (0, 2):
+                shapes.update({f'{pre}.{i}.weight': (n_feats, n_feats, 3, 3), f'{pre}.{i}.bias': (n_feats, )})
+            shapes.update({f'{pre}.3.conv_du.0.weight': (n_feats // reduction, n_feats, 1, 1),
+                           f'{pre}.3.conv_du.0.bias': (n_feats // reduction, ),
+                           f'{pre}.3.conv_du.2.weight': (n_feats, n_feats // reduction, 1, 1),
+                           f'{pre}.3.conv_du.2.bias': (n_feats, )})
+        shapes.update({f'body.{g}.body.{n_resblocks}.weight': (n_feats, n_feats, 3, 3),
+                       f'body.{g}.body.{n_resblocks}.bias': (n_feats, )})
+    shapes.update({f'body.{n_resgroups}.weight': (n_feats, n_feats, 3, 3), f'body.{n_resgroups}.bias': (n_feats, )})
+    ups = [0, 2] if scale == 4 else [0]
+    for i in ups:
+        shapes.update({f'tail.0.{i}.weight': ((4 if scale == 4 else scale**2) * n_feats, n_feats, 3, 3),
+                       f'tail.0.{i}.bias': ((4 if scale == 4 else scale**2) * n_feats, )})
+    shapes.update({'tail.1.weight': (3, n_feats, 3, 3), 'tail.1.bias': (3, )})
+    return shapes
+
+
+def official_rcan_state_dict(cfg, seed):
+    sd = synthetic_state_dict(official_rcan_shapes(**cfg), seed)
+    eye = torch.eye(3).view(3, 3, 1, 1)  # MeanShift: fixed 1x1 convs (rgb_range 255, std 1)
+    mean = torch.tensor(RCAN_DIV2K_MEAN) * 255
+    sd.update({'sub_mean.weight': eye, 'sub_mean.bias': -mean, 'add_mean.weight': eye, 'add_mean.bias': mean})
+    return sd
+
+
+def official_rcan_reference(sd, x, n_resgroups, n_resblocks, scale):
+    """Forward pass of the official RCAN (inputs in [0, 255]) written directly on its state dict."""
+    def conv(t, key, pad=1):
+        return F.conv2d(t, sd[f'{key}.weight'], sd[f'{key}.bias'], padding=pad)
+
+    x = conv(x, 'sub_mean', 0)
+    x = head = conv(x, 'head.0')
+    for g in range(n_resgroups):
+        res = x
+        for b in range(n_resblocks):
+            pre = f'body.{g}.body.{b}.body'
+            r = conv(F.relu(conv(res, f'{pre}.0')), f'{pre}.2')
+            y = r.mean(dim=(2, 3), keepdim=True)
+            y = torch.sigmoid(conv(F.relu(conv(y, f'{pre}.3.conv_du.0', 0)), f'{pre}.3.conv_du.2', 0))
+            res = res + r * y
+        x = x + conv(res, f'body.{g}.body.{n_resblocks}')
+    x = conv(x, f'body.{n_resgroups}') + head
+    for i in ([0, 2] if scale == 4 else [0]):
+        x = F.pixel_shuffle(conv(x, f'tail.0.{i}'), 2 if scale == 4 else scale)
+    return conv(conv(x, 'tail.1'), 'add_mean', 0)
+
+
+@pytest.mark.parametrize('scale', [2, 3, 4])
+def test_convert_official_rcan_matches_its_forward(scale, convert_weights):
+    """basicsr's RCAN with converted official weights computes what the official RCAN computes."""
+    from basicsr.archs.rcan_arch import RCAN
+    cfg = dict(n_feats=8, n_resgroups=2, n_resblocks=2, reduction=4, scale=scale)
+    official = official_rcan_state_dict(cfg, seed=20 + scale)
+    state, options = convert_weights.convert_rcan_state_dict({f'module.{k}': v for k, v in official.items()})
+    assert options == dict(num_in_ch=3, num_out_ch=3, num_feat=8, num_group=2, num_block=2, squeeze_factor=4,
+                           upscale=scale, res_scale=1, img_range=255., rgb_mean=RCAN_DIV2K_MEAN)
+    net = RCAN(**options).eval()
+    net.load_state_dict(state, strict=True)
+    x = torch.rand(1, 3, 6, 7, generator=torch.Generator().manual_seed(scale))
+    with torch.no_grad():
+        ours = net(x)
+        reference = official_rcan_reference(official, x * 255., 2, 2, scale) / 255.
+    torch.testing.assert_close(ours, reference, atol=1e-5, rtol=1e-4)
+    bad = dict(official, **{'sub_mean.bias': official['sub_mean.bias'] + 10})
+    with pytest.raises(convert_weights.ConversionError, match='mean'):
+        convert_weights.convert_rcan_state_dict(bad)
+    with pytest.raises(convert_weights.ConversionError, match='unexpected key'):
+        convert_weights.convert_rcan_state_dict(dict(official, **{'body.0.extra.weight': torch.zeros(1)}))
+
+
+def test_convert_script_rcan(tmp_path, convert_weights):
+    src = tmp_path / 'RCAN_BIX2.pt'
+    torch.save(official_rcan_state_dict(dict(n_feats=8, n_resgroups=2, n_resblocks=3, reduction=4, scale=2), 1), src)
+    (target, ) = convert_weights.convert('rcan', [str(src)], str(tmp_path / 'out'), names=['RCAN_BIX2'])
+    assert target.endswith('RCAN_BIX2.pth') and 'conv_after_body.weight' in torch.load(target)['params']
+    with pytest.raises(convert_weights.ConversionError, match='not an official RCAN'):
+        bad = tmp_path / 'rdn.pt'
+        torch.save({'SFENet1.weight': torch.zeros(1)}, bad)
+        convert_weights.convert('rcan', [str(bad)], str(tmp_path / 'out2'))
+
+
 # ----------------------------------------------------------------------------------------------- Set5 (../shared)
 def set5_images(scale):
     """(name, mod-cropped HR RGB uint8) for every Set5 image."""
