@@ -2,7 +2,8 @@
 
 Usage::
 
-    mcnet-sr INPUT... -o OUTDIR --scale {2,3,4} [--backbone-weights PATH] [--weights PATH]
+    mcnet-sr INPUT... -o OUTDIR --scale {2,3,4} [--backbone {srcnn,rcan_compact,rdn_compact}]
+             [--backbone-weights PATH] [--weights PATH]
              [--eps-rms X] [--iters N] [--tol T] [--device auto|cpu|cuda] [--threads N]
              [--tile N] [--compare] [--gt PATH_OR_DIR] [--force]
     python -m mcnet_basicsr.inference ...
@@ -52,13 +53,14 @@ from torch import nn
 from tqdm import tqdm
 
 from .ops import imresize
-from .pretrained import build_pretrained_mcnet
+from .pretrained import BACKBONES, build_pretrained_mcnet, default_eps_rms
 from .utils.color import rgb_to_ycbcr, ycbcr_to_rgb
 
 SCALES = (2, 3, 4)
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff')
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
 MIN_TILE = 8  # smallest --tile (LR pixels)
+BACKBONE_NAMES = {'srcnn': 'SRCNN', 'rcan_compact': 'compact RCAN', 'rdn_compact': 'compact RDN'}
 SUMMARY_FIELDS = ('input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
                   'bit_depth', 'scale', 'tiles', 'iterations', 'solver_residual', 'eps', 'fidelity', 'fidelity_saved',
                   'psnr_bicubic', 'psnr_backbone', 'psnr_mcnet', 'seconds')
@@ -87,11 +89,16 @@ def build_parser():
     p.add_argument('inputs', nargs='+', metavar='INPUT', help='image files, folders or glob patterns')
     p.add_argument('-o', '--output', required=True, metavar='OUTDIR', help='output folder (created if missing)')
     p.add_argument('--scale', required=True, type=int, metavar='{2,3,4}', help='upscaling factor')
-    p.add_argument('--backbone-weights', metavar='PATH', help='SRCNN checkpoint (default: the shipped one)')
+    p.add_argument('--backbone', default='srcnn', choices=BACKBONES,
+                   help='shipped backbone and its layer: our SRCNN (default), or our compact RCAN / RDN (stronger; '
+                   'their layers keep ||Ax-b|| within the uint8 quantisation level, see --eps-rms)')
+    p.add_argument('--backbone-weights', metavar='PATH',
+                   help='checkpoint of the --backbone architecture (default: the shipped one)')
     p.add_argument('--weights', metavar='PATH',
                    help="MCNet layer checkpoint, BasicSR {'params': ...} file (default: the shipped one)")
     p.add_argument('--eps-rms', type=float, default=None, metavar='X',
-                   help='consistency radius per LR pixel, eps = X * sqrt(#LR pixels) (default 0: exact)')
+                   help='consistency radius per LR pixel, eps = X * sqrt(#LR pixels) (default: what the layer was '
+                   'trained with: 0, i.e. exact, for srcnn; 1/255/sqrt(12) for the compact backbones)')
     p.add_argument('--iters', type=int, default=100, metavar='N', help='maximum solver iterations (default 100)')
     p.add_argument('--tol', type=float, default=1e-4, metavar='T',
                    help='relative fixed-point residual at which the solver stops (default 1e-4)')
@@ -292,22 +299,23 @@ def _file_key(path):
     return (osp.realpath(path), st.st_size, st.st_mtime_ns)
 
 
-def get_model(scale, device, backbone_path=None, weights_path=None):
+def get_model(scale, device, backbone_path=None, weights_path=None, backbone='srcnn'):
     """(model, spectral-norm state): the shipped MCNet at ``scale``, optionally with other weights."""
-    key = (scale, str(device), _file_key(backbone_path), _file_key(weights_path))
+    key = (scale, str(device), backbone, _file_key(backbone_path), _file_key(weights_path))
     if key in _MODEL_CACHE:
         return _MODEL_CACHE[key]
     if backbone_path is not None:
         _check_scale(backbone_path, 'the backbone checkpoint', scale)
         _load_checkpoint(backbone_path, 'backbone checkpoint')  # readable at all? (clear message)
     try:
-        model = build_pretrained_mcnet(scale, device='cpu', backbone_path=backbone_path)
+        model = build_pretrained_mcnet(scale, device='cpu', backbone_path=backbone_path, backbone=backbone)
     except FileNotFoundError as err:
         raise UsageError(_one_line(err)) from None
     except Exception as err:
         if backbone_path is None:
             raise
-        raise UsageError(f'{backbone_path}: does not fit the SRCNN backbone ({_one_line(err, 200)})') from None
+        raise UsageError(f'{backbone_path}: does not fit the {BACKBONE_NAMES[backbone]} backbone '
+                         f'({_one_line(err, 200)})') from None
     if weights_path is not None:
         load_layer_weights(model, weights_path, scale)
     model = model.eval().to(device)
@@ -335,6 +343,12 @@ def conv_radius(module):
     """Upper bound of the receptive-field radius of a conv net: sum of the convolutions' half-widths."""
     return sum(((k - 1) // 2) * d for m in module.modules() if isinstance(m, nn.Conv2d)
                for k, d in [(max(m.kernel_size), max(m.dilation))])
+
+
+def global_ops(module):
+    """Names of layers that see the whole input (global pooling, e.g. RCAN's channel attention)."""
+    return [name for name, m in module.named_modules()
+            if isinstance(m, (nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d))]
 
 
 def tile_plan(model):
@@ -414,6 +428,10 @@ def super_resolve(model, colour, tile=None):
     """
     s = model.scale
     h, w = colour.shape[-2:]
+    if colour.shape[1] == 1 and model.backbone_channels == 3:
+        # gray is taken as Y; an RGB network would need colour we do not have
+        raise ValueError(f'gray image: the {type(model.backbone).__name__} backbone takes RGB input; '
+                         'use --backbone srcnn for gray images')
     lr = colour.float()
     b = rgb_to_ycbcr(colour)[:, :1] if colour.shape[1] == 3 else colour  # float64, as forward() passes it
     n_tiles = 1
@@ -659,8 +677,12 @@ def run(args):
         torch.set_num_threads(args.threads)
     inputs = collect_inputs(args.inputs)
     device = resolve_device(args.device)
-    model, sn_state = get_model(args.scale, device, args.backbone_weights, args.weights)
-    model.eps, model.eps_rms = None, args.eps_rms
+    model, sn_state = get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone)
+    if args.tile is not None and global_ops(model.backbone):
+        # a tile would see its own mean, not the image's: the tiled output would not be the network's
+        raise UsageError(f'--tile is not exact for the {args.backbone} backbone: it pools over the whole image '
+                         f'({global_ops(model.backbone)[0]}, ...); run without --tile')
+    model.eps, model.eps_rms = None, args.eps_rms if args.eps_rms is not None else default_eps_rms(args.backbone)
     model.set_solver(forward={'tol': args.tol, 'max_iter': args.iters})
     os.makedirs(args.output, exist_ok=True)
 

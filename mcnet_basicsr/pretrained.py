@@ -3,7 +3,10 @@
 * ``srcnn_x{2,3,4}.pth``: our SRCNN 9-5-5 trained on T91 (the official MATLAB models are
   third-party and are not shipped);
 * ``mcnet_srcnn_x{2,3,4}.pth``: the MCNet implicit layer (DnCNN6 + beta) trained on top of the
-  official SRCNN, eps = 0.
+  official SRCNN, eps = 0;
+* ``{rcan,rdn}_compact_x{2,3,4}.pth``: our compact RCAN / RDN (RGB in, RGB out) trained on T91 + BSD200,
+  and ``mcnet_{rcan,rdn}_compact_x{2,3,4}.pth``: the layers trained on them with eps_rms at the uint8
+  quantisation level (``options/{train,test}_mcnet_{rcan,rdn}_compact_x*.yml``).
 
 ``weights/README.md`` records the option file, command, iterations and Set5 score of each file.
 """
@@ -13,9 +16,11 @@ import torch
 from basicsr.archs import build_network
 
 from .archs.mcnet_arch import MCNetArch
+from .ops import QUANTIZATION_EPS_RMS
 
 WEIGHTS_DIR = osp.join(osp.dirname(osp.abspath(__file__)), 'weights')
 SCALES = (2, 3, 4)
+BACKBONES = ('srcnn', 'rcan_compact', 'rdn_compact')
 
 
 def weight_path(name):
@@ -34,6 +39,23 @@ def srcnn_options(scale):
     return {'type': 'SRCNN', 'padding_mode': 'replicate'}
 
 
+def compact_backbone_options(name, scale):
+    """Arch options of our compact backbones (the same as in options/*_{rcan,rdn}_compact_x*.yml)."""
+    if name == 'rcan_compact':
+        return {'type': 'RCAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 32, 'num_group': 4, 'num_block': 6,
+                'squeeze_factor': 8, 'upscale': scale, 'res_scale': 1, 'img_range': 255.,
+                'rgb_mean': [0.4488, 0.4371, 0.4040]}
+    if name == 'rdn_compact':
+        return {'type': 'RDN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 32, 'growth': 24, 'num_block': 6,
+                'num_layer': 4, 'upscale': scale, 'img_range': 255.}
+    raise ValueError(f'Unknown compact backbone {name!r}; shipped ones: rcan_compact, rdn_compact.')
+
+
+def default_eps_rms(backbone):
+    """The consistency radius a shipped layer was trained with: 0 (exact) for SRCNN, the uint8 level else."""
+    return None if backbone == 'srcnn' else QUANTIZATION_EPS_RMS
+
+
 def build_pretrained_srcnn(scale, device='cpu'):
     """Our SRCNN at ``scale`` as an RGB LR -> RGB HR network (Y by SRCNN, CbCr bicubic)."""
     _check_scale(scale)
@@ -43,25 +65,32 @@ def build_pretrained_srcnn(scale, device='cpu'):
     return net.eval().to(device)
 
 
-def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, eps_rms=None, solver=None):
-    """MCNet (shipped layer) on an SRCNN backbone at ``scale``.
+def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, eps_rms=None, solver=None,
+                           backbone='srcnn'):
+    """MCNet (shipped layer) on a shipped backbone at ``scale``.
 
     Args:
         scale (int): 2, 3 or 4.
-        backbone_path (str | None): SRCNN checkpoint; default our shipped SRCNN.
-        eps, eps_rms (float | None): Consistency radius (default 0: exact).
+        backbone_path (str | None): Backbone checkpoint of the same architecture; default the shipped one.
+        eps, eps_rms (float | None): Consistency radius (default 0: exact). The compact backbones' layers were
+            trained with ``eps_rms = default_eps_rms(backbone)``; pass it to use them as trained.
         solver (dict | None): Forward solver settings (default Anderson, rel. tol 1e-4).
+        backbone (str): 'srcnn' (our SRCNN on the upsampled Y), 'rcan_compact' or 'rdn_compact' (RGB).
     """
     _check_scale(scale)
+    if backbone not in BACKBONES:
+        raise ValueError(f'Unknown backbone {backbone!r}; shipped ones: {", ".join(BACKBONES)}.')
+    if backbone == 'srcnn':
+        arch = dict(backbone=srcnn_options(scale), backbone_input='upsampled', backbone_channels=1)
+    else:
+        arch = dict(backbone=compact_backbone_options(backbone, scale), backbone_input='lr', backbone_channels=3)
     net = MCNetArch(
-        backbone=srcnn_options(scale),
-        backbone_path=backbone_path or weight_path(f'srcnn_x{scale}.pth'),
-        backbone_input='upsampled',
-        backbone_channels=1,
+        **arch,
+        backbone_path=backbone_path or weight_path(f'{backbone}_x{scale}.pth'),
         operator={'type': 'bicubic', 'scale': scale},
         eps=eps,
         eps_rms=eps_rms,
         solver={'forward': dict({'tol': 1e-4, 'max_iter': 100}, **(solver or {}))})
-    state = torch.load(weight_path(f'mcnet_srcnn_x{scale}.pth'), map_location='cpu')['params']
+    state = torch.load(weight_path(f'mcnet_{backbone}_x{scale}.pth'), map_location='cpu')['params']
     net.load_state_dict(state, strict=True)
     return net.eval().to(device)

@@ -286,3 +286,36 @@ def test_python_dash_m_runs(tmp_path):
 
 def test_console_script_declared():
     assert "'mcnet-sr=mcnet_basicsr.inference:main'" in (REPO_ROOT / 'setup.py').read_text()
+
+
+# ------------------------------------------------------------------------------------ compact backbones
+def test_compact_backbones(tmp_path, capsys):
+    """--backbone rdn_compact / rcan_compact: shipped RGB backbones with their layers, on the eps ball they were
+    trained with; RDN tiles exactly, RCAN (global channel attention) refuses --tile, gray input is refused."""
+    h, w = 45, 52
+    img = write(tmp_path / 'in' / 'c.png', photo('coffee', h, w))
+    eps = 0.0011320 * (h * w) ** 0.5  # QUANTIZATION_EPS_RMS * sqrt(#LR pixels)
+    results = {}
+    for tile in (None, 16):
+        out = tmp_path / f'rdn_{tile}'
+        extra = [] if tile is None else ['--tile', tile]
+        assert cli(img, '-o', out, '--scale', 2, '--backbone', 'rdn_compact', '--tol', '1e-4', *extra) == 0
+        row = read_summary(out)[str(img)]
+        assert float(row['eps']) == pytest.approx(eps, rel=1e-4)
+        # the backbone is outside the ball, so the output is on it (up to the float32 rounding of x, as eps = 0's 1e-5)
+        assert 0.9 * eps < float(row['fidelity']) <= eps + 1e-5
+        results[tile] = cv2.imread(str(out / 'c_x2.png')).astype(int)
+    assert results[None].shape == (2 * h, 2 * w, 3) and np.abs(results[16] - results[None]).max() <= 1
+
+    assert cli(img, '-o', tmp_path / 'rcan', '--scale', 2, '--backbone', 'rcan_compact', *FAST) == 0
+    assert float(read_summary(tmp_path / 'rcan')[str(img)]['fidelity']) <= eps + 1e-5
+    code = cli(img, '-o', tmp_path / 'rcan_tiled', '--scale', 2, '--backbone', 'rcan_compact', '--tile', 16)
+    assert code == 2 and 'not exact' in _one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / 'rcan_tiled' / 'c_x2.png').exists()
+
+    gray = write(tmp_path / 'in' / 'g.png', cv2.cvtColor(photo('camera', 24, 24), cv2.COLOR_BGR2GRAY))
+    code = cli(gray, '-o', tmp_path / 'gray', '--scale', 2, '--backbone', 'rdn_compact', *FAST)
+    assert code == 1 and 'use --backbone srcnn' in capsys.readouterr().err
+    code = cli(img, '-o', tmp_path / 'bad', '--scale', 2, '--backbone', 'rdn_compact', '--backbone-weights',
+               weight_path('srcnn_x2.pth'))
+    assert code == 2 and 'does not fit the compact RDN backbone' in _one_error_line(capsys.readouterr().err)

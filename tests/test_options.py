@@ -114,3 +114,14 @@ def test_shipped_weights_load_strictly_into_their_option_files(name):
         state = torch.load(WEIGHTS / Path(ckpt).name, map_location='cpu', weights_only=True)['params']
         result = net.load_state_dict(state, strict=True)
         assert not result.missing_keys and not result.unexpected_keys
+
+
+@pytest.mark.parametrize('scale', [2, 3, 4])
+@pytest.mark.parametrize('name', ['rcan_compact', 'rdn_compact'])
+def test_pretrained_compact_options_match_the_option_files(name, scale):
+    """mcnet-sr builds the compact backbones from mcnet_basicsr.pretrained: the same arch as the option files."""
+    from mcnet_basicsr.pretrained import compact_backbone_options
+    for kind in ('test', 'test_mcnet', 'train_mcnet'):
+        opt = _load(next(p for p in OPTIONS if p.name == f'{kind}_{name}_x{scale}.yml'))['network_g']
+        block = opt if kind == 'test' else opt['backbone']
+        assert compact_backbone_options(name, scale) == block, kind
