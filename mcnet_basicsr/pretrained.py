@@ -65,6 +65,16 @@ def build_pretrained_srcnn(scale, device='cpu'):
     return net.eval().to(device)
 
 
+def build_pretrained_backbone(name, scale, device='cpu'):
+    """One of our shipped backbones alone, as an RGB LR -> RGB HR network: 'srcnn', 'rcan_compact', 'rdn_compact'."""
+    if name == 'srcnn':
+        return build_pretrained_srcnn(scale, device)
+    _check_scale(scale)
+    net = build_network(compact_backbone_options(name, scale))
+    net.load_state_dict(torch.load(weight_path(f'{name}_x{scale}.pth'), map_location='cpu')['params'], strict=True)
+    return net.eval().to(device)
+
+
 def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, eps_rms=None, solver=None,
                            backbone='srcnn'):
     """MCNet (shipped layer) on a shipped backbone at ``scale``.
