@@ -422,12 +422,8 @@ def section_periter(args, device, budget, rows):
     with torch.no_grad():
         w, _ = net.run_backbone(lq)
     b = rgb_to_ycbcr(lq)[:, :1]
-    eps = net.consistency_radius(b)
-    net.denoiser.update_spectral_norm()
-    f = net.fixed_point_map(w, b, eps)
-    with torch.no_grad():
-        x0 = net.operator.project(w, b, eps)
-    z0 = torch.cat([x0, torch.zeros_like(x0)], dim=1)
+    f, z0, eps = net.fixed_point_problem(w, b)
+    x0 = z0[:, :1]
     flops_px = dncnn_flops_per_pixel(net.denoiser)
     n1, n2 = (2, 5) if args.quick else (10, 60)
     reps = 2 if args.quick else 10
@@ -486,12 +482,8 @@ def unrolled_forward(net, lq, iters):
     """MCNetArch.forward with the solve replaced by backprop through ``iters`` Anderson iterations."""
     w, cbcr = net.run_backbone(lq)
     b = rgb_to_ycbcr(lq)[:, :1]
-    eps = net.consistency_radius(b)
-    net.denoiser.update_spectral_norm()
-    f = net.fixed_point_map(w, b, eps)
-    with torch.no_grad():
-        x0 = net.operator.project(w, b, eps)
-    z = anderson_unrolled(f, torch.cat([x0, torch.zeros_like(x0)], dim=1), iters, PAPER['m'], PAPER['lam'])
+    f, z0, _ = net.fixed_point_problem(w, b)
+    z = anderson_unrolled(f, z0, iters, PAPER['m'], PAPER['lam'])
     x = f(z)[:, :1]
     return ycbcr_to_rgb(torch.cat([x, cbcr], dim=1))
 

@@ -255,6 +255,18 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
 
         return f
 
+    def fixed_point_problem(self, w, b):
+        """(F, z0, eps) of one solve: the map on ``z = (x, lam)``, its start ``(P_S(w), 0)`` and the radius.
+
+        Refreshes the denoiser's spectral-norm estimate first, once per solve, so that F does not
+        change while it is solved.
+        """
+        eps = self.consistency_radius(b)
+        self.denoiser.update_spectral_norm()
+        with torch.no_grad():
+            x0 = self.operator.project(w, b, eps)
+        return self.fixed_point_map(w, b, eps), torch.cat([x0, torch.zeros_like(x0)], dim=1), eps
+
     def solve(self, w, b):
         """The implicit layer alone: x* from the backbone estimate w and LR measurements b (Y).
 
@@ -263,13 +275,8 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         limited by float32 rounding of ``b`` (about 1e-5 on a Set14-sized image).
         """
         b_exact, b = b, b.to(w.dtype)
-        eps = self.consistency_radius(b)
-        self.denoiser.update_spectral_norm()  # once per solve: F must not change while solving
-        with torch.no_grad():
-            x0 = self.operator.project(w, b, eps)
-        z0 = torch.cat([x0, torch.zeros_like(x0)], dim=1)
-        z, fwd_stats, bwd = implicit_fixed_point(self.fixed_point_map(w, b, eps), z0, self.forward_solver,
-                                                 self.backward_solver)
+        f, z0, eps = self.fixed_point_problem(w, b)
+        z, fwd_stats, bwd = implicit_fixed_point(f, z0, self.forward_solver, self.backward_solver)
         self.last_stats = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
         x = z[:, :w.shape[1]]
         if x.dtype != torch.float64:
