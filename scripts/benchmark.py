@@ -39,7 +39,6 @@ A configuration that fails is recorded with its error and the run goes on.
 """
 import argparse
 import copy
-import json
 import logging
 import math
 import os
@@ -62,6 +61,7 @@ import mcnet_basicsr  # noqa: E402,F401
 from basicsr.archs import build_network  # noqa: E402
 from basicsr.metrics import calculate_psnr  # noqa: E402
 from basicsr.utils import img2tensor, tensor2img  # noqa: E402
+from atomic_io import write_json  # noqa: E402
 from evaluate import IMG_EXT, load_weights, read_rgb  # noqa: E402
 
 from mcnet_basicsr.deq import anderson_solve, fixed_point_solve  # noqa: E402
@@ -740,10 +740,7 @@ def main(argv=None):
             'wall_seconds': time.perf_counter() - t0, 'out_json': args.out_json}
     result = {'meta': meta, 'rows': rows}
     if args.out_json:
-        os.makedirs(osp.dirname(osp.abspath(args.out_json)), exist_ok=True)
-        with open(args.out_json + '.tmp', 'w') as f:
-            json.dump(result, f, indent=1)
-        os.replace(args.out_json + '.tmp', args.out_json)
+        write_json(args.out_json, result)
     md = markdown(result)
     if args.out_md:
         write_markdown(args.out_md, md)

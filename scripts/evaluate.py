@@ -26,7 +26,9 @@ import yaml
 from tqdm import tqdm
 
 sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), osp.pardir)))
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # the scripts' own helpers, also when loaded by path
 import mcnet_basicsr  # noqa: E402,F401
+from atomic_io import write_json  # noqa: E402
 from basicsr.archs import build_network  # noqa: E402
 from basicsr.metrics import calculate_psnr, calculate_ssim  # noqa: E402
 from basicsr.utils import img2tensor, tensor2img  # noqa: E402
@@ -169,9 +171,7 @@ def main(argv=None):
         all_records += records
     if args.out:
         old = json.load(open(args.out)) if osp.exists(args.out) else []
-        with open(args.out + '.tmp', 'w') as f:
-            json.dump(old + all_records, f, indent=1)
-        os.replace(args.out + '.tmp', args.out)
+        write_json(args.out, old + all_records)
     return all_records
 
 

@@ -4,8 +4,9 @@ The section lives between ``<!-- {name}:begin -->`` and ``<!-- {name}:end -->``.
 section is replaced in place; without the markers the section is appended at the end of the file
 (which is created if absent). Running twice gives the same file as running once.
 """
-import os
 import os.path as osp
+
+from atomic_io import write_text
 
 
 def markers(name):
@@ -25,8 +26,5 @@ def replace_section(path, name, body):
         new = old[:i] + block + old[j + len(end):]
     else:
         new = (old.rstrip('\n') + '\n\n' if old.strip() else '') + block + '\n'
-    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    with open(path + '.tmp', 'w', encoding='utf-8') as f:
-        f.write(new)
-    os.replace(path + '.tmp', path)
+    write_text(path, new)
     return new

@@ -28,6 +28,7 @@ import yaml
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
+from atomic_io import write_json, write_text  # noqa: E402
 from evaluate import evaluate_option, set_by_path  # noqa: E402
 
 REQUIRED_KEYS = ('method', 'backbone', 'scale', 'dataset', 'psnr', 'ssim', 'fidelity', 'seconds_per_image',
@@ -314,11 +315,8 @@ def main(argv=None):
 
 
 def _write(out_json, out_md, records, skipped, quick):
-    for path, text in ((out_json, json.dumps(records, indent=1) + '\n'), (out_md, markdown(records, skipped, quick))):
-        os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-        with open(path + '.tmp', 'w') as f:
-            f.write(text)
-        os.replace(path + '.tmp', path)
+    write_json(out_json, records)
+    write_text(out_md, markdown(records, skipped, quick))
     print(f'wrote {out_json} ({len(records)} records) and {out_md}; {len(skipped)} cells skipped')
 
 

@@ -35,7 +35,6 @@ file is kept).
 """
 import argparse
 import datetime
-import json
 import os
 import os.path as osp
 import sys
@@ -52,6 +51,7 @@ REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
 from evaluate import IMG_EXT, evaluate_option, set_by_path  # noqa: E402
+from atomic_io import write_json  # noqa: E402
 from md_section import replace_section  # noqa: E402
 from reproduce_tables import QUICK_OVERRIDES, missing_inputs  # noqa: E402
 
@@ -315,10 +315,7 @@ def main(argv=None):
               'perturbations': {p: PERTURBATIONS[p] for p in args.perturbations}, 'records': records,
               'skipped': skipped}
     if out:
-        os.makedirs(osp.dirname(out), exist_ok=True)
-        with open(out + '.tmp', 'w') as f:
-            json.dump(result, f, indent=1)
-        os.replace(out + '.tmp', out)
+        write_json(out, result)
         print(f'wrote {out} ({len(records)} records, {len(skipped)} pairs skipped)')
     if out_md:
         replace_section(out_md, MD_SECTION, markdown(records, skipped, args.dataset, args.scale, args.seed, args.quick))

@@ -21,7 +21,6 @@ the file is kept).
 """
 import argparse
 import datetime
-import json
 import os
 import os.path as osp
 import sys
@@ -34,6 +33,7 @@ REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
 from evaluate import evaluate_option, set_by_path  # noqa: E402
+from atomic_io import write_json  # noqa: E402
 from md_section import replace_section  # noqa: E402
 from reproduce_tables import _rebase, missing_inputs  # noqa: E402
 
@@ -191,10 +191,7 @@ def main(argv=None):
         'records': records,
         'best': {str(s): {k: best[s][k] for k in ('beta_init', 'psnr', 'ssim', 'iterations')} for s in best}}
     if out:
-        os.makedirs(osp.dirname(out), exist_ok=True)
-        with open(out + '.tmp', 'w') as f:
-            json.dump(result, f, indent=1)
-        os.replace(out + '.tmp', out)
+        write_json(out, result)
         print(f'wrote {out}')
     if out_md:
         replace_section(out_md, MD_SECTION, markdown(records, args.grid, args.scales, args.option or DEFAULT_OPTION,

@@ -19,7 +19,6 @@ import argparse
 import glob
 import importlib.util
 import json
-import os
 import os.path as osp
 import sys
 
@@ -29,7 +28,9 @@ from tqdm import tqdm
 
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 sys.path.insert(0, REPO_ROOT)
+sys.path.insert(0, osp.join(REPO_ROOT, 'scripts'))
 import mcnet_basicsr  # noqa: E402,F401
+from atomic_io import write_json  # noqa: E402
 
 
 def _load_evaluate():
@@ -164,10 +165,7 @@ def main(argv=None):
               'iterations': args.iterations, 'denoiser': denoiser, 'candidates': records, 'best': best['checkpoint'],
               'best_psnr': best['psnr']}
     if args.out:
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        with open(args.out + '.tmp', 'w') as f:
-            json.dump(result, f, indent=1)
-        os.replace(args.out + '.tmp', args.out)
+        write_json(args.out, result)
     return result
 
 
