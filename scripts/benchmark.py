@@ -61,7 +61,8 @@ import mcnet_basicsr  # noqa: E402,F401
 from basicsr.archs import build_network  # noqa: E402
 from basicsr.metrics import calculate_psnr  # noqa: E402
 from basicsr.utils import img2tensor, tensor2img  # noqa: E402
-from atomic_io import write_json  # noqa: E402
+from atomic_io import write_json, write_text  # noqa: E402
+from md_section import replace_section  # noqa: E402
 from evaluate import IMG_EXT, load_weights, read_rgb  # noqa: E402
 
 from mcnet_basicsr.deq import anderson_solve, fixed_point_solve  # noqa: E402
@@ -70,7 +71,7 @@ from mcnet_basicsr.pretrained import weight_path  # noqa: E402
 from mcnet_basicsr.utils.color import rgb_to_ycbcr, ycbcr_to_rgb  # noqa: E402
 
 LOG = logging.getLogger('benchmark')
-MD_BEGIN, MD_END = '<!-- benchmark:begin -->', '<!-- benchmark:end -->'
+MD_SECTION = 'benchmark'  # <!-- benchmark:begin --> ... <!-- benchmark:end --> in the markdown file
 SCHEMA_VERSION = 1
 # SolverConfig requires tol > 0; no relative residual gets this low, so all max_iter iterations run
 FORCED_TOL = 1e-30
@@ -584,7 +585,7 @@ def status_cell(r):
 
 def markdown(result):
     meta, rows = result['meta'], result['rows']
-    out = [MD_BEGIN, '## MCNet end to end (`scripts/benchmark.py`)', '',
+    out = ['## MCNet end to end (`scripts/benchmark.py`)', '',
            f"Device: {meta['device']}; torch {meta['torch']}; {meta['command']}. Batch 1 per image, "
            'CUDA-synchronised, after one warm-up image per row; peak memory = `torch.cuda.max_memory_allocated` '
            f"(reset per row). Compute bound = DnCNN FLOPs ({meta['dncnn_flops_per_pixel']} per HR pixel) x HR "
@@ -631,24 +632,15 @@ def markdown(result):
                        f"{fmt(r.get('backward_iterations'), '.1f')} | {r.get('batch', '-')} x "
                        f"{r.get('lr_patch', '-')}^2 | {status_cell(r)} |")
         out.append('')
-    out += [f"Reproduce: `{meta['command']}` ({meta['wall_seconds']:.0f} s). JSON: `{meta.get('out_json') or '-'}`.",
-            MD_END]
+    out += [f"Reproduce: `{meta['command']}` ({meta['wall_seconds']:.0f} s). JSON: `{meta.get('out_json') or '-'}`."]
     return '\n'.join(out) + '\n'
 
 
-def write_markdown(path, section):
-    """Replace the marked section of ``path`` (or append it); other content is kept."""
-    text = open(path).read() if osp.exists(path) else '# Benchmarks\n'
-    if MD_BEGIN in text and MD_END in text and text.index(MD_BEGIN) < text.index(MD_END):
-        head, rest = text.split(MD_BEGIN, 1)
-        tail = rest.split(MD_END, 1)[1]
-        text = head + section.rstrip('\n') + tail
-    else:
-        text = text.rstrip('\n') + '\n\n' + section
-    tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
-        f.write(text)
-    os.replace(tmp, path)
+def write_markdown(path, body):
+    """Replace the benchmark section of ``path`` (or append it; a new file gets a title); other content is kept."""
+    if not osp.exists(path):
+        write_text(path, '# Benchmarks\n')
+    replace_section(path, MD_SECTION, body)
 
 
 # ---------------------------------------------------------------------------------------------- main
