@@ -17,8 +17,7 @@ from mcnet_basicsr.ops import build_operator, imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr, ycbcr_to_rgb
 
 from .dncnn_arch import DnCNN, load_dncnn
-from .mcnet_arch import (_DTYPES, FrozenBackboneMixin, MCNetArch, build_frozen_backbone, check_backbone_options,
-                         check_eps_options, eps_repr)
+from .mcnet_arch import FrozenBackboneMixin, MCNetArch, check_eps_options, eps_repr
 
 _TV_KINDS = ('anisotropic', 'isotropic')
 
@@ -301,7 +300,6 @@ class TVTV(FrozenBackboneMixin, nn.Module):
                  eps=None,
                  eps_rms=None):
         super().__init__()
-        check_backbone_options(backbone_input, backbone_channels, backbone_dtype)
         check_eps_options(eps, eps_rms)
         _check_iterations(iterations)
         if tv not in _TV_KINDS:
@@ -310,9 +308,8 @@ class TVTV(FrozenBackboneMixin, nn.Module):
             raise ValueError(f'beta must be >= 0, got {beta}.')
         if not rho > 0:
             raise ValueError(f'rho must be > 0, got {rho}.')
-        self._backbone = build_frozen_backbone(backbone, backbone_path, backbone_param_key, owner='TVTV')
-        self.backbone_input, self.backbone_channels = backbone_input, backbone_channels
-        self.backbone_dtype = _DTYPES[backbone_dtype]
+        self._init_backbone(backbone, backbone_path, backbone_param_key, backbone_input, backbone_channels,
+                            backbone_dtype, owner='TVTV')
         self.operator = build_operator(dict(operator))
         self.scale = self.operator.scale
         self.eps, self.eps_rms = eps, eps_rms

@@ -85,6 +85,15 @@ class FrozenBackboneMixin:
     to it, which nn.Module would not do for a module outside its tree.
     """
 
+    def _init_backbone(self, backbone, backbone_path, param_key, backbone_input, backbone_channels, backbone_dtype,
+                       owner):
+        """Check the backbone options, build and freeze the backbone, keep how it is fed."""
+        check_backbone_options(backbone_input, backbone_channels, backbone_dtype)
+        self._backbone = build_frozen_backbone(backbone, backbone_path, param_key, owner=owner)
+        self.backbone_input = backbone_input
+        self.backbone_channels = backbone_channels
+        self.backbone_dtype = _DTYPES[backbone_dtype]
+
     @property
     def backbone(self):
         return self._backbone.module
@@ -162,21 +171,17 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                  solver=None,
                  allow_tf32=False):
         super().__init__()
-        check_backbone_options(backbone_input, backbone_channels, backbone_dtype)
         check_eps_options(eps, eps_rms)
         if not rho > 0:
             raise ValueError(f'rho must be > 0, got {rho}.')
         if not beta_init > 0:
             raise ValueError(f'beta_init must be > 0, got {beta_init}.')
+        self._init_backbone(backbone, backbone_path, backbone_param_key, backbone_input, backbone_channels,
+                            backbone_dtype, owner='MCNetArch')
 
         if not allow_tf32:
             torch.backends.cudnn.allow_tf32 = False
             torch.backends.cuda.matmul.allow_tf32 = False
-
-        self._backbone = build_frozen_backbone(backbone, backbone_path, backbone_param_key, owner='MCNetArch')
-        self.backbone_input = backbone_input
-        self.backbone_channels = backbone_channels
-        self.backbone_dtype = _DTYPES[backbone_dtype]
 
         self.operator = build_operator(dict(operator))
         self.scale = self.operator.scale
