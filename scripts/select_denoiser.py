@@ -17,7 +17,6 @@ The JSON (``--out``) holds every candidate's record and the best one.
 """
 import argparse
 import glob
-import importlib.util
 import json
 import os.path as osp
 import sys
@@ -30,17 +29,8 @@ REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, osp.join(REPO_ROOT, 'scripts'))
 import mcnet_basicsr  # noqa: E402,F401
+import evaluate  # noqa: E402  (scripts/evaluate.py: the scripts folder is first on sys.path)
 from atomic_io import write_json  # noqa: E402
-
-
-def _load_evaluate():
-    spec = importlib.util.spec_from_file_location('mcnet_evaluate', osp.join(REPO_ROOT, 'scripts', 'evaluate.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-evaluate = _load_evaluate()
 
 OPTIONS = {'pnp': 'test_pnp_x{}.yml', 'mcnet': 'test_mcnet_srcnn_x{}.yml'}
 DEFAULT_DENOISER = '{depth: 6, num_feat: 64, bias: false, batch_norm: false, spectral_norm: true, lipschitz: 0.9}'
