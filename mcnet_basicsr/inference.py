@@ -320,7 +320,7 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
         load_layer_weights(model, weights_path, scale)
     model = model.eval().to(device)
     with torch.no_grad():
-        model.denoiser.update_spectral_norm()  # first estimate: to convergence (the slow part)
+        model.denoiser.update_spectral_norm()  # first estimate: exact, from the DFT (the slow part)
     # Restored before every image, so that a result does not depend on what the model ran before
     # (each solve warm-starts the power iteration from these vectors).
     sn_state = {name: buf.clone() for name, buf in model.denoiser.named_buffers()}

@@ -190,6 +190,11 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         self.rho = float(rho)
         self.log_beta = nn.Parameter(torch.tensor(math.log(beta_init)), requires_grad=learn_beta)
 
+        if (denoiser or {}).get('batch_norm'):
+            # BN in training mode makes F depend on the batch (no fixed point per image), and BN's
+            # scale is not bounded, so the contraction argument is lost: PnP baseline only.
+            raise ValueError('MCNetArch needs a denoiser without BatchNorm (batch_norm: false); '
+                             'BatchNorm DnCNNs are for the PnPADMM baseline.')
         self.denoiser = DnCNN(**(denoiser or {}))
         if denoiser_path is not None:
             load_dncnn(self.denoiser, denoiser_path)

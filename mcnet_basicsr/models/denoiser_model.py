@@ -38,9 +38,9 @@ class DenoiserModel(SRModel):
       so that the raw weights stay near the set the forward pass normalises onto. This is only
       approximate: a warm-started power iteration lags behind the top singular value when the top
       ones cluster (in tests the raw weights end within ~20% of the bound, like the 1-iteration
-      estimate real-SN training uses). Before every checkpoint the projection is redone with a
-      converged estimate, so saved weights are within the bound as stored; and a loaded DnCNN
-      estimates each operator norm to convergence on first use and normalises with it anyway;
+      estimate real-SN training uses). Before every checkpoint the projection is redone with an
+      exact estimate, so saved weights are within the bound as stored; and a loaded DnCNN
+      estimates each operator norm exactly on first use and normalises with it anyway;
     * ``optim_g.type`` may be any torch.optim class;
     * validation also logs the PSNR of the noisy input (float, clipped to [0, 1]), the baseline the
       denoised PSNR should beat.
@@ -109,13 +109,13 @@ class DenoiserModel(SRModel):
     @torch.no_grad()
     def project_spectral_norm(self, net=None, converge=False):
         """Power iteration, then scale every SN convolution of ``net`` (default net_g) into its bound.
-        ``converge``: restart the estimate and iterate to convergence (as a loaded DnCNN does)."""
+        ``converge``: restart the estimate: exact, as for a loaded DnCNN."""
         net = self.get_bare_model(self.net_g if net is None else net)
         dncnns = [m for m in net.modules() if isinstance(m, DnCNN) and m.spectral_norm]
         for dncnn in dncnns:
             if converge:
                 for conv in dncnn.sn_convs():
-                    conv.reset_power_iteration()  # sigma 0: the next estimate runs to convergence
+                    conv.reset_power_iteration()  # sigma 0: the next estimate is exact
             dncnn.update_spectral_norm()
             for conv in dncnn.sn_convs():
                 factor = torch.clamp(conv.bound / conv.sn_sigma, max=1.0)
