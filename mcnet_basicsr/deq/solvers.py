@@ -11,10 +11,7 @@ Both solvers:
   not its image ``f(z_k)``) with the lowest residual ``||f(z_k) - z_k||`` seen;
   for a converged sample this is the iterate at which it converged;
 * run under ``torch.no_grad()``; work on any device and floating dtype;
-* sync with the host once per iteration (the batch-wide early exit), on CUDA
-  one iteration behind (``SYNC_LAG``), so that the host launches iteration k+1
-  while the GPU runs iteration k: there ``nfe`` (and the trace) may hold one
-  evaluation more than the iterations needed, with the same result; all
+* sync with the host once per iteration (the batch-wide early exit); all
   per-sample state (masks, counts, best iterate, Anderson history) stays on the
   device.
 """
@@ -33,13 +30,6 @@ _D = SolverConfig()  # the single home of the defaults
 _LAM_FLOOR = 1e-30
 # denominator guard of the relative residual
 _REL_EPS = 1e-12
-# How many iterations the host may run ahead of the batch-wide convergence check, per device type.
-# With 0 the host waits, every iteration, for the GPU to finish that iteration's residuals before it
-# launches the next f: the GPU idles while Python launches the next denoiser and the ~30 small solver
-# kernels, which is most of the per-iteration overhead at 512x512. With 1 the host reads the previous
-# iteration's flag while the GPU is busy with the current one; the price is at most one evaluation
-# of f after the whole batch has converged, which changes nothing (converged samples are frozen).
-SYNC_LAG = {'cuda': 1}
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -94,8 +84,8 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step) ->
     (flat ``(N, D)``); rows of frozen samples are discarded afterwards.
 
     One host sync per iteration (the batch-wide "all converged" exit, needed to
-    know whether to evaluate ``f`` again; ``SYNC_LAG`` iterations behind); the
-    per-sample masks stay on the device. The step is enqueued before that sync (it only touches solver state,
+    know whether to evaluate ``f`` again); the per-sample masks stay on the
+    device. The step is enqueued before that sync (it only touches solver state,
     so running it once more after the last iteration changes nothing)."""
     _check_stop(stop)
     if max_iter < 1:
@@ -110,8 +100,7 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step) ->
     best_res = torch.full((n,), float('inf'), dtype=x.dtype, device=dev)
     converged = torch.zeros(n, dtype=torch.bool, device=dev)
     iterations = torch.full((n,), max_iter, dtype=torch.long, device=dev)
-    lag = SYNC_LAG.get(dev.type, 0)
-    all_done = [_HostFlag(dev) for _ in range(lag + 1)]  # one per iteration in flight
+    all_done = _HostFlag(dev)
     trace = []
     nfe = 0
     for k in range(max_iter):
@@ -131,9 +120,9 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step) ->
         trace.append(torch.where(active, res, best_res))
         if k == max_iter - 1:
             break
-        all_done[k % (lag + 1)].post(converged.all())
+        all_done.post(converged.all())
         x = torch.where(converged[:, None], x, step(k, x, fx))
-        if k >= lag and all_done[(k - lag) % (lag + 1)].get():  # all converged ``lag`` iterations ago
+        if all_done.get():
             break
     stats = SolverStats(iterations=iterations, residual=best_res, converged=converged, trace=trace, nfe=nfe)
     return best_x.reshape(shape), stats
