@@ -172,6 +172,26 @@ def test_pnp_consistent_and_better_than_bicubic(photo):
     assert not net.denoiser.training  # BatchNorm keeps its running statistics
 
 
+def test_pnp_with_the_shipped_realsn_dncnn17(photo):
+    """options/test_pnp_x2.yml as shipped (our RealSN-DnCNN17, no ../shared): consistent, far better than
+    bicubic, and every convolution of the denoiser within its bound of 1."""
+    hr, lq = photo
+    with open(REPO_ROOT / 'options' / 'test_pnp_x2.yml') as f:
+        opt = yaml.safe_load(f)['network_g']
+    opt['denoiser_path'] = str(REPO_ROOT / opt['denoiser_path'])
+    net = build_network(opt).eval()
+    assert net.denoiser.spectral_norm and not net.denoiser.lipschitz_bounded  # SN convolutions + BatchNorm
+    with torch.no_grad():
+        out = net(lq)
+        sigmas = [float(m.sn_sigma) for m in net.denoiser.sn_convs()]
+    assert y_fidelity(out, lq, 2) <= 1e-5
+    gain = psnr_y(out, hr, 2) - psnr_y(imresize(lq, 2), hr, 2)
+    assert gain > 1.0, gain
+    assert len(sigmas) == 17 and all(m.estimate_is_exact() for m in net.denoiser.sn_convs())
+    for m in net.denoiser.sn_convs():  # the clipped kernels are within the bound as an operator
+        assert float(torch.linalg.svdvals(torch.fft.fft2(m.normalized_weight().double(), s=(32, 32)).permute(2, 3, 0, 1)).max()) <= 1 + 1e-6
+
+
 def test_pnp_eps_ball():
     torch.manual_seed(0)
     b = torch.rand(2, 1, 12, 16, dtype=torch.float64)
