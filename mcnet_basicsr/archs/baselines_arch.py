@@ -94,17 +94,19 @@ class PnPADMM(nn.Module):
     number of plain iterations (no Anderson, no stopping rule) and returns the last ``x``, which is in
     ``S`` exactly (up to rounding, after a final float64 projection).
 
-    The paper's PnP used a 17-layer DnCNN with real spectral normalisation (Ryu et al. 2019); those
-    weights are not available here. The option files use Ryu et al.'s plain DnCNN17 (BatchNorm, no
-    spectral normalisation) instead, so our PnP row is not the paper's denoiser. The denoiser is
-    frozen and always in eval mode (BatchNorm with running statistics), whatever ``train()`` says.
+    The paper's PnP used a 17-layer DnCNN with real spectral normalisation (Ryu et al. 2019). Their
+    RealSN-DnCNN bounds every convolution and keeps plain BatchNorm between them (without BN 17 bounded
+    layers do not train); ``options/test_pnp_x*.yml`` use ours of that kind
+    (``mcnet_basicsr/weights/dncnn17_sn_sigma_0.04_0.08.pth``), ``options/test_pnp_ryu_x*.yml`` Ryu et
+    al.'s plain DnCNN17 (BatchNorm, no spectral normalisation). The denoiser is frozen and always in eval
+    mode (BatchNorm with running statistics), whatever ``train()`` says.
 
-    Settings of the option files (chosen on Set5 x2, mean Y-PSNR by iteration 0/5/10/20/30/60,
-    iteration 0 being ``P_S(bicubic)``): DnCNN_noise5 34.93/36.69/37.02/37.19/37.22/37.24 (still
-    rising), DnCNN_noise15 34.93/37.37/37.44/37.44/37.44/37.45 (flat from 10 on), DnCNN_noise40
-    34.93/37.19/37.38/37.42/37.42/37.42 (oscillating by 0.01 dB): noise15, 30 iterations. Checked at
-    x4 (iterations 0/10/30/40): noise15 29.24/30.83/30.96/30.96 (rising by < 0.01 dB per 10
-    iterations), noise40 29.24/30.90/30.85/30.84 (peak at 9 iterations, then drifting down).
+    Settings of the option files, chosen on Set5 x2 (mean Y-PSNR by iteration, iteration 0 being
+    ``P_S(bicubic)`` at 34.93). Ours: 5/10/20/30/60 iterations 37.06/37.19/37.20/37.19/37.17: 20 (at x4
+    30.23/30.60/30.90/31.00/31.01, still rising at 20). Ryu et al.'s: DnCNN_noise5
+    36.69/37.02/37.19/37.22/37.24 (iterations 5/10/20/30/60, still rising), DnCNN_noise15
+    37.37/37.44/37.44/37.44/37.45 (flat from 10 on), DnCNN_noise40 37.19/37.38/37.42/37.42/37.42: noise15,
+    30 iterations (at x4, iterations 10/30/40: noise15 30.83/30.96/30.96, noise40 30.90/30.85/30.84).
 
     ``last_stats['forward']`` is a :class:`~mcnet_basicsr.deq.SolverStats` (``iterations`` per
     sample, the relative change ``||F(z) - z|| / ||F(z)||`` of the last step as ``residual``).
