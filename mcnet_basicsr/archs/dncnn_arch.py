@@ -35,11 +35,9 @@ class _SpectralNormConv2d(nn.Conv2d):
 
     @torch.no_grad()
     def reset_power_iteration(self):
-        """Forget the estimate: restart from the same fixed vector, so that the first estimate
-        (and hence the output) is a function of the weights alone, not of this instance's history."""
-        g = torch.Generator().manual_seed(self.in_channels * 1000 + self.out_channels)
-        v = torch.randn(self.sn_v.shape, generator=g)
-        self.sn_v.copy_(v / v.norm())
+        """Forget the estimate (sigma 0 = not estimated): the next one is :meth:`exact_estimate`,
+        a function of the weights alone, not of this instance's history."""
+        self.sn_v.zero_()
         self.sn_u.zero_()
         self.sn_sigma.zero_()
 

@@ -109,14 +109,15 @@ class DenoiserModel(SRModel):
     @torch.no_grad()
     def project_spectral_norm(self, net=None, converge=False):
         """Power iteration, then scale every SN convolution of ``net`` (default net_g) into its bound.
-        ``converge``: restart the estimate: exact, as for a loaded DnCNN."""
+        ``converge``: estimate exactly instead (as a loaded DnCNN does), not from the tracked vectors."""
         net = self.get_bare_model(self.net_g if net is None else net)
         dncnns = [m for m in net.modules() if isinstance(m, DnCNN) and m.spectral_norm]
         for dncnn in dncnns:
             if converge:
                 for conv in dncnn.sn_convs():
-                    conv.reset_power_iteration()  # sigma 0: the next estimate is exact
-            dncnn.update_spectral_norm()
+                    conv.exact_estimate()
+            else:
+                dncnn.update_spectral_norm()
             for conv in dncnn.sn_convs():
                 factor = torch.clamp(conv.bound / conv.sn_sigma, max=1.0)
                 conv.weight.mul_(factor.to(conv.weight.dtype))
