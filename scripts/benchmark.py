@@ -25,6 +25,10 @@ Solver configurations (``--configs``; the reference is always measured first):
     fast_bf16      1e-4, max 100, backbone in bf16 autocast, channels_last
     fast_bf16_tf32 as fast_bf16 with TF32 convolutions (denoiser included)
     fast5_bf16     1e-5, max 200, backbone in bf16 autocast, channels_last
+    paper_200_graph, graph_tol1e-5, graph_tol1e-4, graph5_bf16
+                   as paper_200, paper_tol1e-5, tol1e-4, fast5_bf16 with ``cuda_graph: true`` (the iterations
+                   replayed from CUDA graphs; where the map cannot be captured, eps > 0, they run eagerly and
+                   the row says so)
 
 Run on the GPU (about 4 minutes on one H100 with these flags; ``--budget-s`` skips, and records as
 skipped, whatever would start after that many seconds):
@@ -90,9 +94,20 @@ CONFIGS = {
                        'channels_last': True, 'tf32': True},
     'fast5_bf16': {'label': 'tol 1e-5 / max 200, backbone bf16, channels_last', 'solver': dict(PAPER),
                    'backbone_dtype': torch.bfloat16, 'channels_last': True},
+    # CUDA graphs (SolverConfig.cuda_graph): the same iterations without per-iteration Python / launch cost;
+    # used where the map is capturable (eps = 0, the SRCNN layers), eager otherwise (see the row's note)
+    'paper_200_graph': {'label': 'paper: Anderson, 200 it. (forced), fp32, CUDA graphs',
+                        'solver': dict(PAPER, tol=FORCED_TOL, cuda_graph=True)},
+    'graph_tol1e-5': {'label': 'paper stop: tol 1e-5 / max 200, fp32, CUDA graphs',
+                      'solver': dict(PAPER, cuda_graph=True)},
+    'graph_tol1e-4': {'label': 'tol 1e-4 / max 100, fp32, CUDA graphs',
+                      'solver': dict(PAPER, tol=1e-4, max_iter=100, cuda_graph=True)},
+    'graph5_bf16': {'label': 'tol 1e-5 / max 200, backbone bf16, channels_last, CUDA graphs',
+                    'solver': dict(PAPER, cuda_graph=True), 'backbone_dtype': torch.bfloat16, 'channels_last': True},
 }
-QUICK_CONFIGS = ['paper_200', 'tol1e-4', 'fast_bf16_tf32']  # every code path: bf16, TF32, channels_last
-BIG_CONFIGS = ('paper_200', 'tol1e-4', 'fast_bf16', 'fast_bf16_tf32')
+# every code path: bf16, TF32, channels_last, the CUDA-graph option (eager on the CPU)
+QUICK_CONFIGS = ['paper_200', 'tol1e-4', 'fast_bf16_tf32', 'graph_tol1e-4']
+BIG_CONFIGS = ('paper_200', 'tol1e-4', 'fast_bf16', 'fast_bf16_tf32', 'paper_200_graph', 'graph_tol1e-4')
 RCAN_DEFAULT = {'type': 'RCAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 64, 'num_group': 10, 'num_block': 20,
                 'squeeze_factor': 16, 'res_scale': 1, 'img_range': 255., 'rgb_mean': [0.4488, 0.4371, 0.4040]}
 
@@ -366,7 +381,14 @@ def evaluate_config(net, cfg, pairs, scale, device, quick, flops_px, peak_tflops
                 psnrs.append(calculate_psnr(sr_img, gt_img, crop_border=scale, test_y_channel=True))
             # the solve evaluates the map nfe times, then once more for the output
             bound.append(flops_px * out.shape[-2] * out.shape[-1] * (stats.nfe + 1) / (peak_tflops * 1e12))
+    wants_graph = bool(cfg['solver'].get('cuda_graph'))
+    graph_used = wants_graph and device.type == 'cuda' and not (net.eps or net.eps_rms)
+    if wants_graph and not graph_used:
+        note = 'CUDA graphs not used: ' + ('eps > 0 (host-side multiplier solve)' if device.type == 'cuda' else 'CPU')
+    else:
+        note = ''
     row = {'images': len(pairs), 'seconds_per_image': float(np.mean(secs)), 'peak_mem_mb': peak_mb(device),
+           'cuda_graph_used': graph_used, 'config_note': note,
            'base_mem_mb': base, 'iterations': float(np.mean(iters)), 'iterations_max': float(np.max(iters)),
            'nfe_mean': float(np.mean(nfes)), 'psnr': float(np.mean(psnrs)) if psnrs else None,
            'fidelity_max': float(np.max(fids)), 'eps_max': float(np.max(eps)), 'bound_seconds_per_image': float(np.mean(bound))}
@@ -436,13 +458,17 @@ def section_periter(args, device, budget, rows):
             proj = median_ms(lambda: net.operator.project(x0, b, eps), device, reps)
             fmap = median_ms(lambda: f(z0), device, reps)
             solves = {}
-            for name, solver in (('anderson', anderson_solve), ('fixed_point', fixed_point_solve)):
-                t = [median_ms(lambda: solver(f, z0, tol=FORCED_TOL, max_iter=n), device, max(1, reps // 3))
-                     for n in (n1, n2)]
+            for name, solver, graph in (('anderson', anderson_solve, False), ('fixed_point', fixed_point_solve, False),
+                                        ('anderson_graph', anderson_solve, True)):
+                t = [median_ms(lambda: solver(f, z0, tol=FORCED_TOL, max_iter=n, cuda_graph=graph), device,
+                               max(1, reps // 3)) for n in (n1, n2)]
                 solves[name] = (t[1] - t[0]) / (n2 - n1)
         return {'hr_size': size, 'denoiser_ms': den, 'project_ms': proj, 'map_ms': fmap,
                 'anderson_iter_ms': solves['anderson'], 'fixed_point_iter_ms': solves['fixed_point'],
+                'anderson_graph_iter_ms': solves['anderson_graph'],
                 'overhead_pct': 100 * (solves['anderson'] - den) / den,
+                'overhead_graph_pct': 100 * (solves['anderson_graph'] - den) / den,
+                'cuda_graph_used': device.type == 'cuda' and getattr(f, 'capturable', True),
                 'map_overhead_pct': 100 * (fmap - den) / den,
                 'denoiser_tflops': flops_px * w.shape[-1] * w.shape[-2] / (den * 1e-3) / 1e12,
                 'flops_per_pixel': flops_px, 'note': note}
@@ -600,7 +626,7 @@ def markdown(result):
                 '| PSNR | dPSNR | max \\|\\|Ax-b\\|\\| | bound s/image | note |',
                 '|---|---|---|---|---|---|---|---|---|---|---|---|---|']
         for r in ev:
-            note = '; '.join(x for x in (r.get('note'), status_cell(r)) if x)
+            note = '; '.join(x for x in (r.get('note'), r.get('config_note'), status_cell(r)) if x)
             out.append(f"| {r.get('backbone')} | {r.get('dataset')} | x{r.get('scale')} | {r.get('label', r['name'])} "
                        f"| {fmt(r.get('seconds_per_image'), '.4f')} | {fmt(r.get('speedup_vs_reference'), '.1f')} "
                        f"| {fmt(r.get('peak_mem_mb'), '.0f')} | {fmt(r.get('iterations'), '.1f')} / "
@@ -612,13 +638,16 @@ def markdown(result):
     if pi:
         out += ['### One iteration at 512x512 HR (x2, batch 1)', '',
                 'Anderson / plain iteration = slope of the solve time between two forced iteration counts. '
-                'Overhead = (Anderson iteration - denoiser) / denoiser (target <= 25%).', '',
+                'Overhead = (Anderson iteration - denoiser) / denoiser (target <= 25%); the CUDA-graph columns replay '
+                'the same Anderson iterations from captured graphs (`cuda_graph: true`; on CPU they run eagerly).', '',
                 '| precision | denoiser ms | projection ms | map F ms | Anderson it. ms | plain it. ms | overhead '
-                '| denoiser TFLOP/s | note |', '|---|---|---|---|---|---|---|---|---|']
+                '| Anderson it. ms, CUDA graphs | overhead, CUDA graphs | denoiser TFLOP/s | note |',
+                '|---|---|---|---|---|---|---|---|---|---|---|']
         for r in pi:
             out.append(f"| {r['name']} | {fmt(r.get('denoiser_ms'))} | {fmt(r.get('project_ms'))} | "
                        f"{fmt(r.get('map_ms'))} | {fmt(r.get('anderson_iter_ms'))} | "
                        f"{fmt(r.get('fixed_point_iter_ms'))} | {fmt(r.get('overhead_pct'), '.0f')}% | "
+                       f"{fmt(r.get('anderson_graph_iter_ms'))} | {fmt(r.get('overhead_graph_pct'), '.0f')}% | "
                        f"{fmt(r.get('denoiser_tflops'))} | {status_cell(r)} |")
         out.append('')
     tr = [r for r in rows if r['section'] == 'train']

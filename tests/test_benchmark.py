@@ -50,7 +50,13 @@ def test_quick_run_writes_json_and_replaces_only_its_markdown_section(tmp_path):
 
     evals = [r for r in rows if r['section'] == 'eval']
     assert {(r['backbone'], r['name']) for r in evals} == {
-        (b, c) for b in ('srcnn', 'rcan') for c in ('paper_200', 'tol1e-4', 'fast_bf16_tf32')}
+        (b, c) for b in ('srcnn', 'rcan') for c in ('paper_200', 'tol1e-4', 'fast_bf16_tf32', 'graph_tol1e-4')}
+    # the CUDA-graph rows say when the graphs were not used (here: the CPU), and then equal their eager twin
+    for b in ('srcnn', 'rcan'):
+        g = next(r for r in evals if r['backbone'] == b and r['name'] == 'graph_tol1e-4')
+        e = next(r for r in evals if r['backbone'] == b and r['name'] == 'tol1e-4')
+        assert g['cuda_graph_used'] is False and 'CUDA graphs not used' in g['config_note']
+        assert g['psnr'] == e['psnr'] and g['iterations'] == e['iterations']
     for r in evals:
         assert {'seconds_per_image', 'peak_mem_mb', 'iterations', 'psnr', 'fidelity_max', 'bound_seconds_per_image',
                 'speedup_vs_reference', 'dpsnr_vs_reference'} <= set(r)
@@ -62,6 +68,7 @@ def test_quick_run_writes_json_and_replaces_only_its_markdown_section(tmp_path):
     assert big and all(r['psnr'] is None and r['seconds_per_image'] > 0 for r in big)
     per = {r['name']: r for r in rows if r['section'] == 'periter'}
     assert set(per) == {'fp32', 'tf32'} and all('overhead_pct' in r for r in per.values())
+    assert all(r['cuda_graph_used'] is False and r['anderson_graph_iter_ms'] > 0 for r in per.values())
 
     text = md.read_text()
     assert text.count('<!-- benchmark:begin -->') == 1 and text.count('<!-- benchmark:end -->') == 1

@@ -1,3 +1,4 @@
+import dataclasses
 import math
 from copy import deepcopy
 
@@ -145,7 +146,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             residual, spectrally normalised).
         denoiser_path (str | None): Denoiser checkpoint (any layout ``load_dncnn`` accepts).
         solver (dict | None): ``{forward: {...}, backward: {...}}`` SolverConfig options;
-            backward defaults to forward. Change at test time with :meth:`set_solver`.
+            backward defaults to forward (less ``cuda_graph``, a forward-only speed-up: on CUDA with
+            eps = 0 it replays the solver's iterations from CUDA graphs). Change at test time with
+            :meth:`set_solver`.
         allow_tf32 (bool): Leave TF32 on for cuDNN convolutions and CUDA matmuls. TF32 rounds
             convolution inputs to 10-bit mantissas, a noise floor of about 1e-4 relative that keeps
             the fixed-point residual from reaching the 1e-5 a correct implicit gradient needs (seen
@@ -215,9 +218,13 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         """Replace solver settings (e.g. more test-time iterations) without touching weights."""
         try:  # an unknown key is a bad option value here: ValueError, like every other bad option
             fwd = SolverConfig.from_dict(forward or {})
-            bwd = SolverConfig.from_dict(backward) if backward else fwd
+            # cuda_graph speeds up forward solves only (see SolverConfig); the backward inherits the rest
+            bwd = SolverConfig.from_dict(backward) if backward else dataclasses.replace(fwd, cuda_graph=False)
         except KeyError as err:
             raise ValueError(f'MCNetArch solver options: {err.args[0]}') from err
+        if bwd.cuda_graph:
+            raise ValueError('MCNetArch solver options: cuda_graph is for the forward solve only (the backward '
+                             'solve runs autograd at every iteration); remove it from solver.backward.')
         self.forward_solver, self.backward_solver = fwd, bwd
 
     def extra_repr(self):
@@ -263,6 +270,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             x_new = self.operator.project((beta * w + rho * (u - lam)) / (beta + rho), b, eps)
             return torch.cat([x_new, lam + x_new - u], dim=1)
 
+        # eps > 0: the projection finds its multiplier with host-side Newton steps, which a CUDA
+        # graph cannot capture; eps = 0 (a python 0) is pure device work.
+        f.capturable = not torch.is_tensor(eps) and eps == 0
         return f
 
     def fixed_point_problem(self, w, b):

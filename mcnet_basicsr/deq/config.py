@@ -39,6 +39,15 @@ class SolverConfig:
         stop: Residual used for stopping, per sample over all non-batch dims:
             ``'rel'``: ``||f(z) - z|| / (||f(z)|| + 1e-12)``;
             ``'abs'``: ``||f(z) - z||``.
+        cuda_graph: On CUDA, replay the iterations from CUDA graphs captured
+            once per solve (after ``max(1, m - 1)`` eager warm-up iterations),
+            which removes the per-iteration Python and kernel-launch overhead;
+            the iterates are those of the eager loop up to floating-point
+            rounding. Ignored off CUDA and for functions marked
+            ``f.capturable = False`` (e.g. MCNet with ``eps > 0``, whose
+            projection solves for its multiplier on the host). Forward solves
+            only: a backward solve runs autograd, which cannot be captured this way.
+            Default: False.
     """
 
     solver: str = 'anderson'
@@ -48,6 +57,7 @@ class SolverConfig:
     tol: float = 1e-5
     max_iter: int = 100
     stop: str = 'rel'
+    cuda_graph: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -63,6 +73,8 @@ class SolverConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f'SolverConfig.{name} must be an int, got {v!r} ({type(v).__name__})')
+        if not isinstance(self.cuda_graph, bool):
+            raise TypeError(f'SolverConfig.cuda_graph must be true or false, got {self.cuda_graph!r}')
         for name in ('lam', 'mixing', 'tol'):
             v = getattr(self, name)
             if isinstance(v, str):  # YAML 1.1 reads `1e-5` (no dot) as a string; accept what float() accepts

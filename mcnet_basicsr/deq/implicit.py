@@ -28,6 +28,7 @@ gradients (``create_graph=True``) through the layer are not supported.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Optional, Tuple
 
 import torch
@@ -86,11 +87,18 @@ def implicit_fixed_point(f: Fn, z0: torch.Tensor, forward: Optional[SolverConfig
     carries the implicit backward described in the module docstring and
     ``bwd_holder.stats`` is set when it runs. Otherwise (eval / ``no_grad`` /
     nothing requires grad) ``z_out = f(z*)`` without a graph and the holder
-    stays empty. ``backward`` defaults to ``forward``; ``forward`` to
-    ``SolverConfig()``.
+    stays empty. ``backward`` defaults to ``forward`` (without ``cuda_graph``,
+    which a backward solve must not set); ``forward`` to ``SolverConfig()``.
     """
     fwd = SolverConfig() if forward is None else forward
-    bwd = fwd if backward is None else backward
+    if backward is None:  # the forward settings, less CUDA graphs (autograd cannot be captured here)
+        bwd = dataclasses.replace(fwd, cuda_graph=False) if fwd.cuda_graph else fwd
+    elif backward.cuda_graph:
+        raise ValueError('implicit_fixed_point: cuda_graph is for forward solves only; the backward solve '
+                         'calls autograd at every iteration, which a CUDA graph capture cannot record. '
+                         'Set cuda_graph: false in the backward solver settings.')
+    else:
+        bwd = backward
     holder = BackwardStatsHolder()
     with torch.no_grad():
         z_star, fwd_stats = solve(f, z0.detach(), fwd)

@@ -13,7 +13,10 @@ Both solvers:
 * run under ``torch.no_grad()``; work on any device and floating dtype;
 * sync with the host once per iteration (the batch-wide early exit); all
   per-sample state (masks, counts, best iterate, Anderson history) stays on the
-  device.
+  device;
+* can replay their iterations from CUDA graphs (``cuda_graph=True``), which
+  removes the per-iteration Python and launch cost that dominates on small
+  images (see ``_run``).
 """
 from __future__ import annotations
 
@@ -79,14 +82,63 @@ class _HostFlag:
         return bool(self._t)
 
 
-def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step) -> Tuple[torch.Tensor, SolverStats]:
-    """Shared loop. ``step(k, x, fx) -> x_new`` proposes the next iterate
-    (flat ``(N, D)``); rows of frozen samples are discarded afterwards.
+class _Step:
+    """How the next iterate is proposed from ``x`` and ``fx = f(x)`` (flat ``(N, D)``).
 
-    One host sync per iteration (the batch-wide "all converged" exit, needed to
-    know whether to evaluate ``f`` again); the per-sample masks stay on the
-    device. The step is enqueued before that sync (it only touches solver state,
-    so running it once more after the last iteration changes nothing)."""
+    ``setup(x)`` allocates the solver state once; ``__call__(k, h, x, fx)`` returns the proposal,
+    where ``k`` is the 0-based iteration number as a 0-dim long device tensor (so that one captured
+    CUDA graph serves every iteration) and ``h`` the python-int history length of this iteration.
+    ``steady_from`` is the first iteration from which ``h`` no longer changes.
+    """
+
+    steady_from = 0
+
+    def setup(self, x: torch.Tensor) -> None:
+        pass
+
+    def history(self, k: int) -> int:
+        return 1
+
+    def __call__(self, k: torch.Tensor, h: int, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        return fx
+
+
+def _capture(fn, pool):
+    """Record ``fn()`` into a CUDA graph (not executed); returns ``(graph, fn's result)``.
+
+    The low-level API instead of ``torch.cuda.graph``: that context runs ``gc.collect()`` and
+    empties the allocator cache on entry, which would cost more than the graph saves on a small
+    image. The capture goes on a side stream that first waits for the current one.
+    """
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        graph.capture_begin(pool=pool)
+        try:
+            out = fn()
+        finally:
+            graph.capture_end()
+    torch.cuda.current_stream().wait_stream(side)
+    return graph, out
+
+
+def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _Step,
+         cuda_graph: bool = False) -> Tuple[torch.Tensor, SolverStats]:
+    """Shared loop: evaluate ``f``, book-keep per sample, propose the next iterate with ``step``.
+
+    Every piece of state lives in a tensor allocated up front and is updated in place, so the two
+    halves of an iteration (evaluate + book-keeping; step) are the same code whether they run
+    eagerly or are replayed from CUDA graphs. With ``cuda_graph`` (CUDA tensors only; ignored
+    elsewhere), the first ``max(1, step.steady_from)`` iterations run eagerly (they also warm up
+    lazy work inside ``f``: caches, spectral-norm estimates, library handles) and the rest replay
+    two graphs captured once per solve, which removes the Python and kernel-launch cost of every
+    later iteration. ``f`` must then be capturable: no host synchronisation, no new tensors it
+    closes over between calls. A function can opt out with the attribute ``f.capturable = False``.
+
+    One host sync per iteration (the batch-wide "all converged" exit, needed to know whether to
+    evaluate ``f`` again); the per-sample masks stay on the device. The flag is posted before the
+    step is enqueued, so the GPU runs the step while the host waits for the flag."""
     _check_stop(stop)
     if max_iter < 1:
         raise ValueError(f'max_iter must be >= 1, got {max_iter}')
@@ -100,49 +152,124 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step) ->
     best_res = torch.full((n,), float('inf'), dtype=x.dtype, device=dev)
     converged = torch.zeros(n, dtype=torch.bool, device=dev)
     iterations = torch.full((n,), max_iter, dtype=torch.long, device=dev)
+    trace = torch.empty((max_iter, n), dtype=x.dtype, device=dev)
+    k_dev = torch.zeros((), dtype=torch.long, device=dev)  # the iteration number, on the device
+    step.setup(x)
     all_done = _HostFlag(dev)
-    trace = []
-    nfe = 0
-    for k in range(max_iter):
-        fx = f(x.reshape(shape)).reshape(n, -1)
-        nfe += 1
+
+    def evaluate() -> torch.Tensor:
+        fx = f(x.view(shape)).reshape(n, -1)
         if fx.shape != x.shape:
             raise ValueError(f'f changed the shape: {tuple(shape)} -> {tuple(fx.shape)}')
         res = _residual(fx, x, stop)
         active = ~converged
         improve = active & (res < best_res)  # NaN residuals never improve
-        best_x = torch.where(improve[:, None], x, best_x)
-        best_res = torch.where(improve, res, best_res)
+        best_x.copy_(torch.where(improve[:, None], x, best_x))
+        best_res.copy_(torch.where(improve, res, best_res))
         newly = active & (res <= tol)
-        converged = converged | newly
-        iterations = iterations.masked_fill(newly, k + 1)
+        converged.logical_or_(newly)
+        iterations.copy_(torch.where(newly, k_dev + 1, iterations))
         # frozen samples repeat their final residual
-        trace.append(torch.where(active, res, best_res))
+        trace.index_copy_(0, k_dev.view(1), torch.where(active, res, best_res)[None])
+        return fx
+
+    def advance(h: int, fx: torch.Tensor) -> None:
+        x.copy_(torch.where(converged[:, None], x, step(k_dev, h, x, fx)))
+        k_dev.add_(1)
+
+    graphs = None
+    use_graphs = (cuda_graph and dev.type == 'cuda' and getattr(f, 'capturable', True)
+                  and max_iter > max(1, step.steady_from))
+    nfe = 0
+    for k in range(max_iter):
+        h = step.history(k)
+        if use_graphs and k >= max(1, step.steady_from):
+            if graphs is None:
+                pool = torch.cuda.graph_pool_handle()
+                g_eval, fx_static = _capture(evaluate, pool)
+                g_step, _ = _capture(lambda: advance(h, fx_static), pool)
+                graphs = (g_eval, g_step)
+            graphs[0].replay()
+        else:
+            fx = evaluate()
+        nfe += 1
         if k == max_iter - 1:
             break
         all_done.post(converged.all())
-        x = torch.where(converged[:, None], x, step(k, x, fx))
+        if graphs is not None:
+            graphs[1].replay()
+        else:
+            advance(h, fx)
         if all_done.get():
             break
-    stats = SolverStats(iterations=iterations, residual=best_res, converged=converged, trace=trace, nfe=nfe)
+    stats = SolverStats(iterations=iterations, residual=best_res, converged=converged,
+                        trace=list(trace[:nfe].unbind(0)), nfe=nfe)
     return best_x.reshape(shape), stats
 
 
 @torch.no_grad()
 def fixed_point_solve(f: Fn, z0: torch.Tensor, tol: float = _D.tol, max_iter: int = _D.max_iter,
-                      stop: str = _D.stop) -> Tuple[torch.Tensor, SolverStats]:
+                      stop: str = _D.stop, cuda_graph: bool = _D.cuda_graph) -> Tuple[torch.Tensor, SolverStats]:
     """Plain iteration ``z <- f(z)`` with per-sample stopping.
 
     Returns ``(z, stats)``: ``z`` has ``z0``'s shape and holds, per sample, the
-    iterate with the lowest residual (see module docstring).
+    iterate with the lowest residual (see module docstring). ``cuda_graph``: see
+    :class:`~mcnet_basicsr.deq.config.SolverConfig`.
     """
-    return _run(f, z0, tol, max_iter, stop, lambda k, x, fx: fx)
+    return _run(f, z0, tol, max_iter, stop, _Step(), cuda_graph)
+
+
+class _AndersonStep(_Step):
+    """Anderson type II step over a ring buffer of the last ``m`` iterates (see :func:`anderson_solve`)."""
+
+    def __init__(self, m: int, lam: float, mixing: float):
+        self.m, self.lam, self.mixing = m, lam, mixing
+        self.steady_from = m - 1  # from then on the history is full: h = m
+
+    def history(self, k: int) -> int:
+        return min(k + 1, self.m)
+
+    def setup(self, x: torch.Tensor) -> None:
+        n, d = x.shape
+        m = self.m
+        self.X = x.new_zeros((n, m, d))                          # iterates
+        self.F = x.new_zeros((n, m, d))                          # their images
+        self.G = x.new_zeros((n, m, d), dtype=torch.float64)     # residuals, float64
+        self.gram = x.new_zeros((n, m, m), dtype=torch.float64)  # G G^T, kept up to date
+        self.ones = x.new_ones((n, m, 1), dtype=torch.float64)
+
+    def __call__(self, k: torch.Tensor, h: int, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        X, F, G, gram, mixing = self.X, self.F, self.G, self.gram, self.mixing
+        slot = torch.remainder(k, self.m).view(1)  # ring buffer; the weights do not depend on the order
+        X.index_copy_(1, slot, x[:, None])
+        F.index_copy_(1, slot, fx[:, None])
+        g = (fx - x).to(torch.float64)  # computed in x.dtype, stored widened to float64
+        G.index_copy_(1, slot, g[:, None])
+        # new row/column of the Gram matrix (unused slots are zero rows -> zero entries)
+        row = torch.bmm(G, g.unsqueeze(2))                          # (N, m, 1)
+        gram.index_copy_(1, slot, row.transpose(1, 2))
+        gram.index_copy_(2, slot, row)
+        if h == 1:
+            return fx if mixing == 1.0 else mixing * fx + (1.0 - mixing) * x
+        # while the history fills up (h < m), slots 0..h-1 are the filled ones
+        A = gram[:, :h, :h].clone()
+        diag = A.diagonal(dim1=1, dim2=2)                           # view: ||g_i||^2
+        reg = self.lam * diag.sum(dim=1, keepdim=True) + _LAM_FLOOR  # (N, 1) = lam ||G||_F^2 + floor
+        diag.add_(reg)
+        w, info = torch.linalg.solve_ex(A, self.ones[:, :h])       # no error check, no sync
+        alpha = (w / w.sum(dim=1, keepdim=True)).transpose(1, 2).to(x.dtype)  # (N, 1, h)
+        new = torch.bmm(alpha, F[:, :h]).squeeze(1)
+        if mixing != 1.0:
+            new = mixing * new + (1.0 - mixing) * torch.bmm(alpha, X[:, :h]).squeeze(1)
+        # a singular / non-finite LS solve must not poison a sample: fall back to plain step
+        bad = (info != 0) | ~torch.isfinite(new).all(dim=1)
+        return torch.where(bad[:, None], fx, new)
 
 
 @torch.no_grad()
 def anderson_solve(f: Fn, z0: torch.Tensor, m: int = _D.m, lam: float = _D.lam, mixing: float = _D.mixing,
-                   tol: float = _D.tol, max_iter: int = _D.max_iter,
-                   stop: str = _D.stop) -> Tuple[torch.Tensor, SolverStats]:
+                   tol: float = _D.tol, max_iter: int = _D.max_iter, stop: str = _D.stop,
+                   cuda_graph: bool = _D.cuda_graph) -> Tuple[torch.Tensor, SolverStats]:
     """Anderson acceleration (type II) for ``z = f(z)``, per-sample.
 
     With the last ``n = min(k+1, m)`` iterates ``x_i`` and images ``f(x_i)``,
@@ -156,7 +283,9 @@ def anderson_solve(f: Fn, z0: torch.Tensor, m: int = _D.m, lam: float = _D.lam, 
     The float64 Gram matrix ``G G^T`` is cached and only the new residual's
     row/column is computed each iteration (``||G||_F^2`` is its trace); the
     small solves are one batched ``linalg.solve_ex`` and nothing in the step
-    syncs with the host.
+    syncs with the host. The ring-buffer slot is computed on the device, so with
+    ``cuda_graph`` one captured graph serves every iteration once the history is
+    full (see :class:`~mcnet_basicsr.deq.config.SolverConfig`).
 
     Returns ``(z, stats)``: ``z`` has ``z0``'s shape and holds, per sample, the
     iterate ``z_k`` with the lowest residual (not its image ``f(z_k)``).
@@ -167,50 +296,15 @@ def anderson_solve(f: Fn, z0: torch.Tensor, m: int = _D.m, lam: float = _D.lam, 
         raise ValueError(f'lam must be >= 0, got {lam}')
     if not 0 < mixing <= 1:
         raise ValueError(f'mixing must be in (0, 1], got {mixing}')
-    state = {}
-
-    def step(k, x, fx):
-        if not state:
-            n, d = x.shape
-            state['X'] = x.new_zeros((n, m, d))                  # iterates
-            state['F'] = x.new_zeros((n, m, d))                  # their images
-            state['G'] = x.new_zeros((n, m, d), dtype=torch.float64)  # residuals, float64
-            state['gram'] = x.new_zeros((n, m, m), dtype=torch.float64)
-            state['ones'] = x.new_ones((n, m, 1), dtype=torch.float64)
-        X, F, G, gram = state['X'], state['F'], state['G'], state['gram']
-        slot = k % m  # ring buffer; the weights do not depend on the order
-        X[:, slot] = x
-        F[:, slot] = fx
-        g = G[:, slot]
-        torch.sub(fx, x, out=g)  # computed in x.dtype (as fx - x), stored widened to float64
-        # new row/column of the Gram matrix (unused slots are zero rows -> zero entries)
-        row = torch.bmm(G, g.unsqueeze(2)).squeeze(2)               # (N, m)
-        gram[:, slot, :] = row
-        gram[:, :, slot] = row
-        h = min(k + 1, m)
-        if h == 1:
-            return fx if mixing == 1.0 else mixing * fx + (1.0 - mixing) * x
-        A = gram[:, :h, :h].clone()
-        diag = A.diagonal(dim1=1, dim2=2)                           # view: ||g_i||^2
-        reg = lam * diag.sum(dim=1, keepdim=True) + _LAM_FLOOR      # (N, 1) = lam ||G||_F^2 + floor
-        diag.add_(reg)
-        w, info = torch.linalg.solve_ex(A, state['ones'][:, :h])    # no error check, no sync
-        alpha = (w / w.sum(dim=1, keepdim=True)).transpose(1, 2).to(x.dtype)  # (N, 1, h)
-        new = torch.bmm(alpha, F[:, :h]).squeeze(1)
-        if mixing != 1.0:
-            new = mixing * new + (1.0 - mixing) * torch.bmm(alpha, X[:, :h]).squeeze(1)
-        # a singular / non-finite LS solve must not poison a sample: fall back to plain step
-        bad = (info != 0) | ~torch.isfinite(new).all(dim=1)
-        return torch.where(bad[:, None], fx, new)
-
-    return _run(f, z0, tol, max_iter, stop, step)
+    return _run(f, z0, tol, max_iter, stop, _AndersonStep(m, lam, mixing), cuda_graph)
 
 
 def solve(f: Fn, z0: torch.Tensor, config: Optional[SolverConfig] = None) -> Tuple[torch.Tensor, SolverStats]:
     """Dispatch on ``config.solver`` (default config when ``None``)."""
     c = SolverConfig() if config is None else config
     if c.solver == 'anderson':
-        return anderson_solve(f, z0, m=c.m, lam=c.lam, mixing=c.mixing, tol=c.tol, max_iter=c.max_iter, stop=c.stop)
+        return anderson_solve(f, z0, m=c.m, lam=c.lam, mixing=c.mixing, tol=c.tol, max_iter=c.max_iter, stop=c.stop,
+                              cuda_graph=c.cuda_graph)
     if c.solver == 'fixed_point':
-        return fixed_point_solve(f, z0, tol=c.tol, max_iter=c.max_iter, stop=c.stop)
+        return fixed_point_solve(f, z0, tol=c.tol, max_iter=c.max_iter, stop=c.stop, cuda_graph=c.cuda_graph)
     raise ValueError(f"unknown solver {c.solver!r}; expected 'anderson' or 'fixed_point'")
