@@ -225,6 +225,30 @@ def test_no_grad_forward_uses_stored_sigma_and_equals_grad_mode():
         fresh(x.float())
 
 
+def test_estimated_flag_follows_the_buffer_but_reads_it_only_after_a_change():
+    """``is_estimated`` (sigma > 0) must not read the device on every call (a host sync per convolution
+    per forward, which also breaks CUDA-graph capture), yet see every in-place change of sn_sigma."""
+    net = DnCNN(num_feat=4, depth=3).eval()
+    x = gray_photo('camera', 24).float()
+    with torch.no_grad():
+        net(x)  # first use: exact estimates
+    m = net.sn_convs()[1]
+    assert m.is_estimated() and m.estimate_is_exact()
+    cached = m._sigma_read
+    with torch.no_grad():
+        net(x)
+    assert m._sigma_read is cached  # a forward on unchanged weights read nothing
+    m.sn_sigma.zero_()
+    assert not m.is_estimated() and not m.estimate_is_exact()
+    with torch.no_grad():
+        net(x)  # re-estimated on use
+    assert m.is_estimated() and float(m.sn_sigma) > 0
+    m.sn_sigma.copy_(torch.zeros(()))
+    net.auto_update_spectral_norm = False
+    with torch.no_grad(), pytest.raises(RuntimeError, match='not estimated'):
+        net(x)
+
+
 # --------------------------------------------------------------------------------- checkpoint layouts
 def _random_like(sd, seed):
     g = torch.Generator().manual_seed(seed)

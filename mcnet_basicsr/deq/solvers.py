@@ -117,8 +117,16 @@ def _capture(fn, pool):
         graph.capture_begin(pool=pool)
         try:
             out = fn()
-        finally:
-            graph.capture_end()
+        except Exception as err:
+            try:
+                graph.capture_end()
+            except Exception:  # the capture was invalidated by the same failure
+                pass
+            raise RuntimeError(
+                'CUDA-graph capture of the fixed-point iteration failed (see the error above): the map f must '
+                'not synchronise with the host (.item(), float(tensor), .cpu(), data-dependent Python '
+                "branches). Solve with cuda_graph: false, or mark the map with f.capturable = False.") from err
+        graph.capture_end()
     torch.cuda.current_stream().wait_stream(side)
     return graph, out
 
