@@ -4,7 +4,7 @@ Usage::
 
     mcnet-sr INPUT... -o OUTDIR --scale {2,3,4} [--backbone {srcnn,rcan_compact,rdn_compact}]
              [--backbone-weights PATH] [--weights PATH]
-             [--eps-rms X] [--iters N] [--tol T] [--device auto|cpu|cuda] [--threads N]
+             [--eps-rms X] [--iters N] [--tol T] [--device auto|cpu|cuda] [--no-cuda-graph] [--threads N]
              [--tile N] [--compare] [--gt PATH_OR_DIR] [--force]
     python -m mcnet_basicsr.inference ...
 
@@ -103,6 +103,9 @@ def build_parser():
     p.add_argument('--tol', type=float, default=1e-4, metavar='T',
                    help='relative fixed-point residual at which the solver stops (default 1e-4)')
     p.add_argument('--device', default='auto', choices=('auto', 'cpu', 'cuda'), help='default: cuda if available')
+    p.add_argument('--no-cuda-graph', action='store_true',
+                   help='on CUDA, run the solver iterations eagerly instead of replaying them from CUDA graphs '
+                        '(same result; graphs are used by default, when eps = 0 and without --tile)')
     p.add_argument('--threads', type=int, default=None, metavar='N',
                    help='CPU threads for torch (default: torch\'s choice; 1 is often fastest on a busy machine)')
     p.add_argument('--tile', type=int, default=None, metavar='N',
@@ -683,7 +686,10 @@ def run(args):
         raise UsageError(f'--tile is not exact for the {args.backbone} backbone: it pools over the whole image '
                          f'({global_ops(model.backbone)[0]}, ...); run without --tile')
     model.eps, model.eps_rms = None, args.eps_rms if args.eps_rms is not None else default_eps_rms(args.backbone)
-    model.set_solver(forward={'tol': args.tol, 'max_iter': args.iters})
+    # CUDA graphs (ignored on the CPU and for eps > 0) replay the same iterations without launch overhead;
+    # the tiled denoiser is kept eager (its loop over tiles is not part of what the graph tests cover)
+    model.set_solver(forward={'tol': args.tol, 'max_iter': args.iters,
+                              'cuda_graph': not args.no_cuda_graph and args.tile is None})
     os.makedirs(args.output, exist_ok=True)
 
     rows, failed, out_names = [], 0, {}
