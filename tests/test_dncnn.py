@@ -249,6 +249,26 @@ def test_estimated_flag_follows_the_buffer_but_reads_it_only_after_a_change():
         net(x)
 
 
+def test_exact_estimate_runs_its_cpu_eigenproblems_on_one_thread(monkeypatch):
+    """Several trainings on one host each threading hundreds of 64 x 64 eigenproblems over every core
+    stalled for minutes: the estimate uses one thread and gives the caller's setting back."""
+    seen = []
+    eigvalsh = torch.linalg.eigvalsh
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return eigvalsh(*args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, 'eigvalsh', spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        DnCNN(num_feat=8, depth=3).sn_convs()[1].exact_estimate()
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 # --------------------------------------------------------------------------------- checkpoint layouts
 def _random_like(sd, seed):
     g = torch.Generator().manual_seed(seed)

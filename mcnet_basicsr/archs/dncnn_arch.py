@@ -1,9 +1,26 @@
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 from basicsr.utils.registry import ARCH_REGISTRY
 from torch import nn
+
+
+@contextlib.contextmanager
+def _one_cpu_thread():
+    """Run the enclosed CPU work on one intra-op thread.
+
+    The exact estimate is hundreds of tiny (64 x 64) eigenproblems: threading them gains nothing (4.0 s
+    on one thread vs 5.2 s on two for a DnCNN17, measured on a 2-core machine), and where several
+    trainings share a host, each process's default of one thread per core oversubscribes it so badly
+    that the estimates stalled training for minutes (seen on a 16-core GPU host with 2 to 7 trainings)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class _SpectralNormConv2d(nn.Conv2d):
@@ -76,22 +93,23 @@ class _SpectralNormConv2d(nn.Conv2d):
         n = self.sn_v.shape[-1]
         # on the CPU: batched small (complex) eigen-solvers are far slower on a GPU (measured ~25 s
         # for a DnCNN17 on an H100, against ~1 s here)
-        kernel = torch.zeros(cout, cin, n, n, dtype=torch.float64)
-        kernel[..., :k, :k] = w.double().cpu()
-        # tap (dy, dx) of the cross-correlation F.conv2d computes acts at offset (dy - k//2, dx - k//2)
-        kernel = torch.roll(kernel, shifts=(-(k // 2), -(k // 2)), dims=(-2, -1))
-        # H(f) = sum_d w_d e^{+i f.d}: conj(fft), the transfer function of the cross-correlation
-        transfer = torch.fft.rfft2(kernel).conj().permute(2, 3, 0, 1)  # (n, n//2 + 1, out, in)
-        # largest eigenvalue of H^H H per frequency (Hermitian: cheaper than an SVD), then the top
-        # singular pair of the one matrix that attains the maximum
-        top = torch.linalg.eigvalsh(transfer.conj().transpose(-2, -1) @ transfer)[..., -1]
-        fy, fx = divmod(int(top.argmax()), top.shape[1])
-        _, sv, vh = torch.linalg.svd(transfer[fy, fx])
-        vhat = vh[0].conj()  # top right singular vector of H(f)
-        vhat = vhat * (vhat[vhat.abs().argmax()].conj() / vhat.abs().max())  # phase: largest entry real
-        grid = torch.arange(n, dtype=torch.float64)
-        phase = torch.exp(1j * 2 * math.pi * (fy * grid[:, None] + fx * grid[None, :]) / n)
-        v = (vhat[:, None, None] * phase).real[None]  # a real input on which K has gain sigma
+        with _one_cpu_thread():
+            kernel = torch.zeros(cout, cin, n, n, dtype=torch.float64)
+            kernel[..., :k, :k] = w.double().cpu()
+            # tap (dy, dx) of the cross-correlation F.conv2d computes acts at offset (dy - k//2, dx - k//2)
+            kernel = torch.roll(kernel, shifts=(-(k // 2), -(k // 2)), dims=(-2, -1))
+            # H(f) = sum_d w_d e^{+i f.d}: conj(fft), the transfer function of the cross-correlation
+            transfer = torch.fft.rfft2(kernel).conj().permute(2, 3, 0, 1)  # (n, n//2 + 1, out, in)
+            # largest eigenvalue of H^H H per frequency (Hermitian: cheaper than an SVD), then the top
+            # singular pair of the one matrix that attains the maximum
+            top = torch.linalg.eigvalsh(transfer.conj().transpose(-2, -1) @ transfer)[..., -1]
+            fy, fx = divmod(int(top.argmax()), top.shape[1])
+            _, sv, vh = torch.linalg.svd(transfer[fy, fx])
+            vhat = vh[0].conj()  # top right singular vector of H(f)
+            vhat = vhat * (vhat[vhat.abs().argmax()].conj() / vhat.abs().max())  # phase: largest entry real
+            grid = torch.arange(n, dtype=torch.float64)
+            phase = torch.exp(1j * 2 * math.pi * (fy * grid[:, None] + fx * grid[None, :]) / n)
+            v = (vhat[:, None, None] * phase).real[None]  # a real input on which K has gain sigma
         v = (v / v.norm()).to(device=w.device, dtype=self.sn_v.dtype)
         u = self._apply_op(v.to(w.dtype), w)
         self.sn_u.copy_(u / u.norm().clamp_min(1e-12))
