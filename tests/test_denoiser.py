@@ -227,3 +227,37 @@ def test_select_denoiser(trained, ws, tmp_path, capsys):
     with pytest.raises(SystemExit):
         select.main([cands[0], str(tmp_path / 'missing.pth'), *args])
     assert 'missing.pth' in capsys.readouterr().err
+
+
+def test_projection_rescales_the_following_batchnorm_so_eval_keeps_its_function():
+    """RealSN-DnCNN: projecting a convolution into its bound shrinks its output; the BatchNorm after it
+    must see its running statistics shrink alike, or the eval-mode network is another function (an H100
+    DnCNN17 run validated as the identity that way). Here training drift is emulated by scaling a
+    convolution by 3 and its BN statistics to match (the train-mode function barely changes); the
+    projection must undo both, giving back the eval-mode output."""
+    import types
+    torch.manual_seed(0)
+    net = DnCNN(num_feat=8, depth=4, batch_norm=True, spectral_norm=True)
+    gray = torch.from_numpy(sample_photo('camera', 48)).float().mean(-1)[None, None] / 255.0
+    y = gray + 0.05 * torch.randn(gray.shape)
+    host = types.SimpleNamespace(get_bare_model=lambda n: n, net_g=net)
+    net.train()
+    with torch.no_grad():
+        for _ in range(30):  # running statistics of the current weights
+            net(y)
+    DenoiserModel.project_spectral_norm(host, net, converge=True)
+    net.eval()
+    with torch.no_grad():
+        ref = net(y)
+    conv, bn = net.sn_convs_with_bn()[1]
+    assert bn is not None and net.sn_convs_with_bn()[0][1] is None and net.sn_convs_with_bn()[-1][1] is None
+    with torch.no_grad():
+        conv.weight.mul_(3.0)
+        bn.running_mean.mul_(3.0)
+        bn.running_var.mul_(9.0)
+        drifted = net(y)  # eval normalises the conv back by its exact norm, the statistics stay 3x
+    assert float((drifted - ref).abs().max()) > 1e-3
+    DenoiserModel.project_spectral_norm(host, net, converge=True)
+    with torch.no_grad():
+        projected = net(y)
+    torch.testing.assert_close(projected, ref, rtol=0, atol=1e-5)

@@ -259,6 +259,13 @@ class DnCNN(nn.Module):
     def sn_convs(self):
         return [m for m in self.dncnn if isinstance(m, _SpectralNormConv2d)]
 
+    def sn_convs_with_bn(self):
+        """``(conv, bn)`` per spectrally normalised convolution; ``bn`` is the BatchNorm right after
+        it, or None."""
+        layers = list(self.dncnn)
+        return [(m, layers[i + 1] if i + 1 < len(layers) and isinstance(layers[i + 1], nn.BatchNorm2d) else None)
+                for i, m in enumerate(layers) if isinstance(m, _SpectralNormConv2d)]
+
     @torch.no_grad()
     def update_spectral_norm(self, max_iter=None, tol=None):
         """Power iteration on every convolution (warm-started from the stored vectors).
