@@ -40,7 +40,8 @@ class SolverConfig:
             ``'rel'``: ``||f(z) - z|| / (||f(z)|| + 1e-12)``;
             ``'abs'``: ``||f(z) - z||``.
         cuda_graph: On CUDA, replay the iterations from CUDA graphs captured
-            once per solve (after ``max(1, m - 1)`` eager warm-up iterations),
+            once per solve (after eager warm-up iterations: ``max(1, m - 1)``
+            for Anderson, one for plain iteration),
             which removes the per-iteration Python and kernel-launch overhead;
             the iterates are those of the eager loop up to floating-point
             rounding. Ignored off CUDA and for functions marked

@@ -83,7 +83,8 @@ class _HostFlag:
 
 
 class _Step:
-    """How the next iterate is proposed from ``x`` and ``fx = f(x)`` (flat ``(N, D)``).
+    """The plain fixed-point step ``x <- f(x)``, and the interface of every step: how the next iterate
+    is proposed from ``x`` and ``fx = f(x)`` (flat ``(N, D)``).
 
     ``setup(x)`` allocates the solver state once; ``__call__(k, h, x, fx)`` returns the proposal,
     where ``k`` is the 0-based iteration number as a 0-dim long device tensor (so that one captured
