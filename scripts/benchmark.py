@@ -590,14 +590,18 @@ def section_train(args, device, budget, rows):
                 'batch': batch, 'lr_patch': patch, 'note': note}
 
     forced = lambda n: dict(PAPER, tol=FORCED_TOL, max_iter=n)  # noqa: E731
-    plan = [('implicit', short, forced(short), f'implicit, {short} forward it. (forced), backward tol 1e-5 / max 80'),
-            ('implicit', long_, forced(long_), f'implicit, {long_} forward it. (forced), backward tol 1e-5 / max 80'),
-            ('implicit', None, dict(PAPER, max_iter=4) if args.quick else PAPER,
+    paper = dict(PAPER, max_iter=4) if args.quick else PAPER
+    plan = [(f'implicit_{short}', 'implicit', short, forced(short),
+             f'implicit, {short} forward it. (forced), backward tol 1e-5 / max 80'),
+            (f'implicit_{long_}', 'implicit', long_, forced(long_),
+             f'implicit, {long_} forward it. (forced), backward tol 1e-5 / max 80'),
+            ('implicit_paper', 'implicit', None, paper,
              'implicit, paper: forward tol 1e-5 / max 200, backward tol 1e-5 / max 80'),
-            ('unrolled', short, None, f'unrolled autograd through {short} Anderson it.'),
-            ('unrolled', long_, None, f'unrolled autograd through {long_} Anderson it.')]
-    for mode, iters, forward, label in plan:
-        name = f'{mode}_{iters if iters else "paper"}'
+            ('implicit_paper_graph', 'implicit', None, dict(paper, cuda_graph=True),
+             'implicit, paper stopping, forward solves replayed from CUDA graphs'),
+            (f'unrolled_{short}', 'unrolled', short, None, f'unrolled autograd through {short} Anderson it.'),
+            (f'unrolled_{long_}', 'unrolled', long_, None, f'unrolled autograd through {long_} Anderson it.')]
+    for name, mode, iters, forward, label in plan:
         run_row(rows, 'train', name, budget, lambda: step_fn(mode, iters, forward or PAPER), label=label, mode=mode)
 
 

@@ -41,7 +41,9 @@ def test_quick_run_writes_json_and_replaces_only_its_markdown_section(tmp_path):
     assert sections == {'periter', 'train', 'eval', 'big'}
 
     train = {r['name']: r for r in rows if r['section'] == 'train'}
-    assert {'implicit_2', 'implicit_4', 'implicit_paper', 'unrolled_2', 'unrolled_4'} <= set(train)
+    assert {'implicit_2', 'implicit_4', 'implicit_paper', 'implicit_paper_graph', 'unrolled_2', 'unrolled_4'} <= set(train)
+    # on the CPU the graph option is ignored: the same solves as the eager row
+    assert train['implicit_paper_graph']['forward_iterations'] == train['implicit_paper']['forward_iterations']
     for r in train.values():
         assert {'seconds_per_step', 'peak_mem_mb', 'forward_iterations', 'loss', 'batch', 'lr_patch'} <= set(r)
         assert r['seconds_per_step'] > 0 and r['loss'] == r['loss']
