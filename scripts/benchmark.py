@@ -360,7 +360,7 @@ def evaluate_config(net, cfg, pairs, scale, device, quick, flops_px, peak_tflops
         with torch.no_grad():  # warm-up: kernels, cuDNN heuristics, spectral-norm estimate
             net(lq0)
         base = reset_peak(device)
-        secs, iters, nfes, psnrs, fids, bound, eps = [], [], [], [], [], [], []
+        secs, iters, nfes, psnrs, fids, bound, eps, graphed = [], [], [], [], [], [], [], []
         for _, hr, lq in pairs:
             lq = lq.to(device)
             if cfg.get('channels_last'):
@@ -374,6 +374,7 @@ def evaluate_config(net, cfg, pairs, scale, device, quick, flops_px, peak_tflops
             stats = net.last_stats['forward']
             iters.append(float(stats.iterations.double().mean()))
             nfes.append(stats.nfe)
+            graphed.append(stats.cuda_graph)
             eps.append(float(net.last_stats['eps']))
             y = rgb_to_ycbcr(out.double())[:, :1]
             fids.append(float(op.residual_norm(y, rgb_to_ycbcr(lq.double())[:, :1])[0]))
@@ -383,10 +384,10 @@ def evaluate_config(net, cfg, pairs, scale, device, quick, flops_px, peak_tflops
                 psnrs.append(calculate_psnr(sr_img, gt_img, crop_border=scale, test_y_channel=True))
             # the solve evaluates the map nfe times, then once more for the output
             bound.append(flops_px * out.shape[-2] * out.shape[-1] * (stats.nfe + 1) / (peak_tflops * 1e12))
-    wants_graph = bool(cfg['solver'].get('cuda_graph'))
-    graph_used = wants_graph and device.type == 'cuda' and not (net.eps or net.eps_rms)
-    if wants_graph and not graph_used:
-        note = 'CUDA graphs not used: ' + ('eps > 0 (host-side multiplier solve)' if device.type == 'cuda' else 'CPU')
+    graph_used = all(graphed)  # what the solver reports it did
+    if cfg['solver'].get('cuda_graph') and not graph_used:
+        note = 'CUDA graphs not used: ' + ('map not capturable (eps > 0: host-side multiplier solve)'
+                                           if device.type == 'cuda' else 'CPU')
     else:
         note = ''
     row = {'images': len(pairs), 'seconds_per_image': float(np.mean(secs)), 'peak_mem_mb': peak_mb(device),
@@ -478,12 +479,13 @@ def section_periter(args, device, budget, rows):
                 t = [median_ms(lambda: solver(f, z0, tol=FORCED_TOL, max_iter=n, cuda_graph=graph), device,
                                max(1, reps // 3)) for n in (n1, n2)]
                 solves[name] = (t[1] - t[0]) / (n2 - n1)
+            graph_used = anderson_solve(f, z0, tol=FORCED_TOL, max_iter=n1, cuda_graph=True)[1].cuda_graph
         return {'hr_size': size, 'denoiser_ms': den, 'denoiser_call_ms': den_call, 'project_ms': proj, 'map_ms': fmap,
                 'anderson_iter_ms': solves['anderson'], 'fixed_point_iter_ms': solves['fixed_point'],
                 'anderson_graph_iter_ms': solves['anderson_graph'],
                 'overhead_pct': 100 * (solves['anderson'] - den) / den,
                 'overhead_graph_pct': 100 * (solves['anderson_graph'] - den) / den,
-                'cuda_graph_used': device.type == 'cuda' and getattr(f, 'capturable', True),
+                'cuda_graph_used': graph_used,
                 'map_overhead_pct': 100 * (fmap - den) / den,
                 'denoiser_tflops': flops_px * w.shape[-1] * w.shape[-2] / (den * 1e-3) / 1e12,
                 'flops_per_pixel': flops_px, 'note': note}

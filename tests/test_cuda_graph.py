@@ -34,6 +34,9 @@ def test_config_field_and_validation():
     assert SolverConfig.from_dict({'cuda_graph': True}).cuda_graph is True
     with pytest.raises(TypeError, match='cuda_graph'):
         SolverConfig.from_dict({'cuda_graph': 'yes'})
+    c = SolverConfig(tol=1e-4, m=3, cuda_graph=True)
+    b = c.for_backward()
+    assert b.cuda_graph is False and b.tol == 1e-4 and b.m == 3 and c.cuda_graph is True
 
 
 @pytest.mark.parametrize('solver', ['anderson', 'fixed_point'])
@@ -44,6 +47,7 @@ def test_ignored_off_cuda(solver):
     z_e, st_e = solve(f, z0, SolverConfig(solver=solver, tol=1e-9, max_iter=40))
     z_g, st_g = solve(f, z0, SolverConfig(solver=solver, tol=1e-9, max_iter=40, cuda_graph=True))
     assert torch.equal(z_g, z_e) and torch.equal(st_g.iterations, st_e.iterations)
+    assert st_g.cuda_graph is False and st_e.cuda_graph is False  # the stats say what was done
     assert all(torch.equal(a, b) for a, b in zip(st_g.trace, st_e.trace))
 
 
@@ -104,6 +108,7 @@ def test_anderson_graph_matches_eager(n, m, dtype):
     z_e, st_e = anderson_solve(fc, z0, **kw)
     z_g, st_g = anderson_solve(fc, z0, cuda_graph=True, **kw)
     _compare(z_g, st_g, z_e, st_e, rtol=1e-9 if dtype == torch.float64 else 1e-5)
+    assert st_g.cuda_graph is (st_e.nfe > max(1, m - 1)) and st_e.cuda_graph is False
 
 
 @needs_cuda
@@ -140,6 +145,7 @@ def test_uncapturable_map_runs_eagerly():
     z_e, st_e = anderson_solve(f, torch.zeros_like(y), tol=1e-10, max_iter=50)
     z_g, st_g = anderson_solve(f, torch.zeros_like(y), tol=1e-10, max_iter=50, cuda_graph=True)
     _compare(z_g, st_g, z_e, st_e, rtol=1e-12)
+    assert st_g.cuda_graph is False
 
 
 @needs_cuda

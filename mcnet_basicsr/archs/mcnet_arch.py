@@ -1,4 +1,3 @@
-import dataclasses
 import math
 from copy import deepcopy
 
@@ -218,8 +217,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         """Replace solver settings (e.g. more test-time iterations) without touching weights."""
         try:  # an unknown key is a bad option value here: ValueError, like every other bad option
             fwd = SolverConfig.from_dict(forward or {})
-            # cuda_graph speeds up forward solves only (see SolverConfig); the backward inherits the rest
-            bwd = SolverConfig.from_dict(backward) if backward else dataclasses.replace(fwd, cuda_graph=False)
+            bwd = SolverConfig.from_dict(backward) if backward else fwd.for_backward()
         except KeyError as err:
             raise ValueError(f'MCNetArch solver options: {err.args[0]}') from err
         if bwd.cuda_graph:

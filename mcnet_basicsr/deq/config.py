@@ -126,6 +126,11 @@ class SolverConfig:
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def for_backward(self) -> 'SolverConfig':
+        """These settings for a backward solve, which inherits everything but ``cuda_graph`` (a
+        backward solve runs autograd at every iteration, which a CUDA-graph capture cannot record)."""
+        return dataclasses.replace(self, cuda_graph=False) if self.cuda_graph else self
+
 
 @dataclass
 class SolverStats:
@@ -141,6 +146,9 @@ class SolverStats:
         trace: one ``(N,)`` tensor per iteration: residual of that iteration's
             iterate (frozen samples repeat their final residual).
         nfe: number of (batched) evaluations of ``f``.
+        cuda_graph: the iterations after the warm-up were replayed from CUDA
+            graphs (``SolverConfig.cuda_graph`` asked for them, the tensors were
+            on CUDA, ``f`` was capturable and there were iterations left).
     """
 
     iterations: torch.Tensor
@@ -148,6 +156,7 @@ class SolverStats:
     converged: torch.Tensor
     trace: List[torch.Tensor] = field(default_factory=list)
     nfe: int = 0
+    cuda_graph: bool = False
 
     def summary(self) -> Dict[str, float]:
         """Python floats for logging (one device sync)."""

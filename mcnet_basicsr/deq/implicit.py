@@ -28,7 +28,6 @@ gradients (``create_graph=True``) through the layer are not supported.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Optional, Tuple
 
 import torch
@@ -91,8 +90,8 @@ def implicit_fixed_point(f: Fn, z0: torch.Tensor, forward: Optional[SolverConfig
     which a backward solve must not set); ``forward`` to ``SolverConfig()``.
     """
     fwd = SolverConfig() if forward is None else forward
-    if backward is None:  # the forward settings, less CUDA graphs (autograd cannot be captured here)
-        bwd = dataclasses.replace(fwd, cuda_graph=False) if fwd.cuda_graph else fwd
+    if backward is None:
+        bwd = fwd.for_backward()
     elif backward.cuda_graph:
         raise ValueError('implicit_fixed_point: cuda_graph is for forward solves only; the backward solve '
                          'calls autograd at every iteration, which a CUDA graph capture cannot record. '

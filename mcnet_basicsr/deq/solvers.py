@@ -187,12 +187,12 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
         k_dev.add_(1)
 
     graphs = None
-    use_graphs = (cuda_graph and dev.type == 'cuda' and getattr(f, 'capturable', True)
-                  and max_iter > max(1, step.steady_from))
+    warmup = max(1, step.steady_from)  # eager iterations before the graphs take over
+    use_graphs = cuda_graph and dev.type == 'cuda' and getattr(f, 'capturable', True) and max_iter > warmup
     nfe = 0
     for k in range(max_iter):
         h = step.history(k)
-        if use_graphs and k >= max(1, step.steady_from):
+        if use_graphs and k >= warmup:
             if graphs is None:
                 pool = torch.cuda.graph_pool_handle()
                 g_eval, fx_static = _capture(evaluate, pool)
@@ -212,7 +212,7 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
         if all_done.get():
             break
     stats = SolverStats(iterations=iterations, residual=best_res, converged=converged,
-                        trace=list(trace[:nfe].unbind(0)), nfe=nfe)
+                        trace=list(trace[:nfe].unbind(0)), nfe=nfe, cuda_graph=graphs is not None)
     return best_x.reshape(shape), stats
 
 
