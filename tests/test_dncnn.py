@@ -269,6 +269,31 @@ def test_exact_estimate_runs_its_cpu_eigenproblems_on_one_thread(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_projection_into_the_bound_keeps_an_exact_estimate_exact(monkeypatch):
+    """Scaling a layer into its bound scales sigma with it and keeps the singular vectors: the estimate
+    stays exact, so projecting with exact estimates (a DenoiserModel validation or save) and then running
+    the eval-mode network estimates each layer once, not twice."""
+    net = DnCNN(num_feat=8, depth=3).eval()
+    x = gray_photo('camera', 24).float()
+    convs = net.sn_convs()
+    with torch.no_grad():
+        for m in convs:
+            m.weight.mul_(3.0)  # every layer above its bound
+    calls = []
+    exact = _SpectralNormConv2d.exact_estimate
+    monkeypatch.setattr(_SpectralNormConv2d, 'exact_estimate', lambda self: calls.append(self) or exact(self))
+    for m in convs:
+        m.exact_estimate()
+        factor = m.project_into_bound()
+        assert float(factor) < 1 and m.estimate_is_exact()
+        torch.testing.assert_close(m.sn_sigma, torch.tensor(m.bound), rtol=1e-6, atol=0)
+    with torch.no_grad():
+        net(x)
+    assert len(calls) == len(convs)  # the forward did not estimate again
+    fresh = [float(exact(m)) for m in convs]  # and a fresh exact estimate agrees
+    assert fresh == pytest.approx([m.bound for m in convs], rel=1e-6)
+
+
 # --------------------------------------------------------------------------------- checkpoint layouts
 def _random_like(sd, seed):
     g = torch.Generator().manual_seed(seed)

@@ -118,6 +118,20 @@ class _SpectralNormConv2d(nn.Conv2d):
         self._exact_key = self._weight_key()
         return self.sn_sigma.clone()
 
+    @torch.no_grad()
+    def project_into_bound(self):
+        """Scale the weights into the bound by the stored estimate; returns the factor (<= 1).
+
+        The singular vectors do not change and sigma scales with the weights, so an exact estimate
+        stays exact: the next eval-mode forward does not estimate this layer again."""
+        was_exact = getattr(self, '_exact_key', None) == self._weight_key()
+        factor = torch.clamp(self.bound / self.sn_sigma, max=1.0)
+        self.weight.mul_(factor.to(self.weight.dtype))
+        self.sn_sigma.mul_(factor)
+        if was_exact:
+            self._exact_key = self._weight_key()
+        return factor
+
     def estimate_is_exact(self):
         """True when (u, v, sigma) came from :meth:`exact_estimate` on the current weights."""
         return self.is_estimated() and getattr(self, '_exact_key', None) == self._weight_key()

@@ -131,9 +131,7 @@ class DenoiserModel(SRModel):
             else:
                 dncnn.update_spectral_norm()
             for conv, bn in dncnn.sn_convs_with_bn():
-                factor = torch.clamp(conv.bound / conv.sn_sigma, max=1.0)
-                conv.weight.mul_(factor.to(conv.weight.dtype))
-                conv.sn_sigma.mul_(factor)  # same singular vectors, scaled singular value
+                factor = conv.project_into_bound()
                 if bn is not None and bn.running_var is not None:
                     bn.running_mean.mul_(factor.to(bn.running_mean.dtype))
                     bn.running_var.mul_(factor.to(bn.running_var.dtype).square())
