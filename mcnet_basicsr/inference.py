@@ -303,7 +303,7 @@ def _file_key(path):
 
 
 def get_model(scale, device, backbone_path=None, weights_path=None, backbone='srcnn'):
-    """(model, spectral-norm state): the shipped MCNet at ``scale``, optionally with other weights."""
+    """The shipped MCNet at ``scale`` (eval mode, on ``device``), optionally with other weights."""
     key = (scale, str(device), backbone, _file_key(backbone_path), _file_key(weights_path))
     if key in _MODEL_CACHE:
         return _MODEL_CACHE[key]
@@ -323,14 +323,13 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
         load_layer_weights(model, weights_path, scale)
     model = model.eval().to(device)
     with torch.no_grad():
-        model.denoiser.update_spectral_norm()  # first estimate: exact, from the DFT (the slow part)
-    # Restored before every image, so that a result does not depend on what the model ran before
-    # (each solve warm-starts the power iteration from these vectors).
-    sn_state = {name: buf.clone() for name, buf in model.denoiser.named_buffers()}
+        # exact, from the DFT (the slow part); in eval mode it is kept until the weights or the stored
+        # norm change, so a result does not depend on what the model ran before
+        model.denoiser.update_spectral_norm()
     if len(_MODEL_CACHE) >= 4:
         _MODEL_CACHE.pop(next(iter(_MODEL_CACHE)))
-    _MODEL_CACHE[key] = (model, sn_state)
-    return model, sn_state
+    _MODEL_CACHE[key] = model
+    return model
 
 
 def resolve_device(name):
@@ -608,7 +607,7 @@ def make_figure(model, colour, result, gt_arr, scale):
 
 
 # ---------------------------------------------------------------------------------------- main loop
-def process_image(row, args, model, sn_state, device, out_names, n_inputs):
+def process_image(row, args, model, device, out_names, n_inputs):
     """Process the input ``row['input']``, filling its summary ``row``; raises on failure."""
     path = row['input']
     stem = osp.splitext(osp.basename(path))[0]
@@ -632,8 +631,6 @@ def process_image(row, args, model, sn_state, device, out_names, n_inputs):
     colour, alpha, peak = split_image(img)
     gt_arr = read_gt(gt_path, h * args.scale, w * args.scale, args.scale, colour.shape[1]) if gt_path else None
 
-    for name, buf in model.denoiser.named_buffers():
-        buf.copy_(sn_state[name])
     colour = colour.to(device)
     result = super_resolve(model, colour, args.tile)
     sr = result['sr']
@@ -680,7 +677,7 @@ def run(args):
         torch.set_num_threads(args.threads)
     inputs = collect_inputs(args.inputs)
     device = resolve_device(args.device)
-    model, sn_state = get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone)
+    model = get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone)
     if args.tile is not None and global_ops(model.backbone):
         # a tile would see its own mean, not the image's: the tiled output would not be the network's
         raise UsageError(f'--tile is not exact for the {args.backbone} backbone: it pools over the whole image '
@@ -702,7 +699,7 @@ def run(args):
         try:
             if err is not None:
                 raise ImageError(err)
-            process_image(row, args, model, sn_state, device, out_names, n_images)
+            process_image(row, args, model, device, out_names, n_images)
         except Exception as exc:  # one image's failure (bad file, out of memory, ...) must not stop the run
             failed += 1
             msg = _one_line(exc if isinstance(exc, ImageError) else f'{type(exc).__name__}: {exc}')

@@ -238,6 +238,12 @@ def test_estimated_flag_follows_the_buffer_but_reads_it_only_after_a_change():
     with torch.no_grad():
         net(x)
     assert m._sigma_read is cached  # a forward on unchanged weights read nothing
+    with torch.no_grad():
+        m.sn_sigma.mul_(2.0)  # a stored norm changed behind the estimate's back is no longer exact
+    assert m.is_estimated() and not m.estimate_is_exact()
+    with torch.no_grad():
+        net(x)  # eval mode re-estimates it
+    assert m.estimate_is_exact()
     m.sn_sigma.zero_()
     assert not m.is_estimated() and not m.estimate_is_exact()
     with torch.no_grad():

@@ -75,8 +75,10 @@ class _SpectralNormConv2d(nn.Conv2d):
         return self._circular(u, weight.transpose(0, 1).flip(2, 3))
 
     def _weight_key(self):
-        w = self.weight
-        return (w._version, w.data_ptr(), w.dtype, w.device)
+        """Identity of the current weights and stored norm: any in-place change of either (or new
+        storage) changes it, so an estimate keyed on it is known to describe them."""
+        w, s = self.weight, self.sn_sigma
+        return (w._version, w.data_ptr(), w.dtype, w.device, s._version, s.data_ptr())
 
     @torch.no_grad()
     def exact_estimate(self):
@@ -133,7 +135,8 @@ class _SpectralNormConv2d(nn.Conv2d):
         return factor
 
     def estimate_is_exact(self):
-        """True when (u, v, sigma) came from :meth:`exact_estimate` on the current weights."""
+        """True when (u, v, sigma) came from :meth:`exact_estimate` on the current weights and sigma
+        was not changed since (other than by :meth:`project_into_bound`, which keeps it exact)."""
         return self.is_estimated() and getattr(self, '_exact_key', None) == self._weight_key()
 
     def is_estimated(self):
