@@ -92,16 +92,7 @@ def test_mcnet_map_capturable_only_for_exact_consistency():
 def test_anderson_graph_matches_eager(n, m, dtype):
     """Mixed stopping times in one batch (converged at step 1, hard, oscillating in float64)."""
     d = 24
-    g = torch.Generator().manual_seed(n + m)
-    W = torch.randn(d, d, generator=g, dtype=torch.float64)
-    W = (W / torch.linalg.matrix_norm(W, 2)).to(dtype).cuda()
-    scale = torch.tensor([0.3, 0.97, 3.0 if dtype == torch.float64 else 1.6, 0.0, 0.6][:n] if n > 1 else [0.97],
-                         dtype=dtype).cuda()[:, None]
-    b = torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype).cuda()
-
-    def fc(z):
-        return torch.tanh(scale * (z @ W.T) + b)
-
+    fc = _mixed_difficulty_map(n, d, dtype, seed=10 * n + m, device='cuda')
     tol = 1e-9 if dtype == torch.float64 else 1e-5
     kw = dict(m=m, lam=1e-4, tol=tol, max_iter=40)
     z0 = torch.zeros(n, d, dtype=dtype, device='cuda')

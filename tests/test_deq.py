@@ -483,7 +483,7 @@ def _anderson_solve_reference(f, z0, m=5, lam=1e-4, mixing=1.0, tol=1e-5, max_it
         return best_x.reshape(shape), stats, inputs
 
 
-def _mixed_difficulty_map(n, d, dtype, seed):
+def _mixed_difficulty_map(n, d, dtype, seed, device='cpu'):
     """f(z) = tanh(s_i * z W^T + b_i) per sample i (n <= 5), with scales for an easy, a hard, a
     non-contractive, a constant (converges at step 2) and a medium sample; sample 0 has b = 0, so
     z0 = 0 is already its fixed point (residual exactly 0 at step 1). n = 1: the hard sample. In float64 the non-contractive sample
@@ -496,7 +496,7 @@ def _mixed_difficulty_map(n, d, dtype, seed):
     b = torch.randn(n, d, dtype=DT, generator=g)
     if n > 1:
         b[0] = 0.0
-    W, scale, b = W.to(dtype), scale.to(dtype), b.to(dtype)
+    W, scale, b = (t.to(device=device, dtype=dtype) for t in (W, scale, b))
     return lambda z: torch.tanh(scale * (z @ W.T) + b)
 
 
