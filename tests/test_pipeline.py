@@ -236,3 +236,35 @@ def test_shipped_compact_rcan_and_its_layer_through_test_pipeline(workspace):
     # the backbone's outputs are outside their balls, so the layer's outputs sit on them
     assert 0.0543 < worst <= 0.0011320 * (48 * 60) ** 0.5 * (1 + 1e-5), line
     assert psnr['test_mcnet_rcan_compact_x2.yml'] > psnr['test_rcan_compact_x2.yml'], psnr
+
+
+def test_train_with_ema_keeps_a_contractive_average(workspace):
+    """train.ema_decay > 0 (BasicSR's EMA): checkpoints hold `params_ema` beside `params`, and the averaged
+    denoiser is still within its spectral bound (each averaged kernel is scaled by its own operator norm)."""
+    ws = workspace
+    opt = tiny_train_option(ws, total_iter=4, name='e2e_mcnet_srcnn_x2_ema')
+    opt['train']['ema_decay'] = 0.5
+    opt['train']['optim_g']['lr'] = 1e-2  # big steps, so that the average differs visibly from the last weights
+    in_process('train', ws, dump_option(opt, ws / 'train_ema.yml'))
+    exp = ws / 'experiments' / 'e2e_mcnet_srcnn_x2_ema'
+    ckpt = torch.load(exp / 'models' / 'net_g_4.pth', map_location='cpu')
+    assert set(ckpt) == {'params', 'params_ema'}
+    assert ckpt['params'].keys() == ckpt['params_ema'].keys()
+    diff = max(float((ckpt['params'][k] - ckpt['params_ema'][k]).abs().max()) for k in ckpt['params'])
+    assert diff > 1e-4, 'the EMA copy equals the trained weights'
+    assert '# psnr:' in newest_log(exp, 'train')
+
+    import mcnet_basicsr  # noqa: F401
+    from basicsr.archs import build_network
+    net = build_network(dict(opt['network_g']))
+    net.load_state_dict(ckpt['params_ema'])
+    net.eval()
+    net.denoiser.update_spectral_norm()
+    with torch.no_grad():
+        for conv in net.denoiser.sn_convs():
+            # operator norm of the kernel actually applied, on a 64 x 64 periodic grid: the largest singular value
+            # of its transfer function (independent of the layer's own estimate, which ran on a 32 x 32 grid)
+            k = conv.normalized_weight().double()
+            spectrum = torch.fft.fft2(k, s=(64, 64)).permute(2, 3, 0, 1)
+            norm = float(torch.linalg.matrix_norm(spectrum, ord=2).max())
+            assert norm <= conv.bound * (1 + 1e-3), (norm, conv.bound)
