@@ -1,6 +1,6 @@
 """Multi-process training on CPU (gloo): DDP over the implicit layer gives the single-process
 gradient; ``torchrun ... mcnet_basicsr/train.py --launcher pytorch`` trains, checkpoints on rank 0
-and validates; ``--auto_resume`` continues a killed distributed run."""
+and validates; ``--auto_resume`` continues a killed distributed run; ``--launcher slurm`` under an emulated srun."""
 import importlib.util
 import os
 import signal
@@ -220,3 +220,42 @@ def test_torchrun_auto_resume_after_kill(workspace):  # noqa: F811
     assert 'Start training from epoch' in log and f'iter: {resumed}\n' in log
     assert f'iter:{total:8,d}' in log, 'training did not reach total_iter'
     assert (states / f'{total}.state').is_file() and 'End of training' in log
+
+
+@needs_gloo
+def test_slurm_launcher_emulated_srun(workspace, tmp_path):  # noqa: F811
+    """`srun --ntasks=2 python mcnet_basicsr/train.py -opt ... --launcher slurm`, emulated: two processes with the
+    environment srun gives its tasks and an `scontrol` on PATH. Ranks, world size and the master address come from
+    BasicSR's slurm set-up (`dist_params` of the option file as shipped: nccl, which becomes gloo without CUDA)."""
+    import socket
+    ws = workspace
+    opt = _ddp_option(ws, total_iter=2, name='slurm_e2e')
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    opt['dist_params'] = {'backend': 'nccl', 'port': port}
+    opt_path = dump_option(opt, ws / 'slurm_e2e.yml')
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    calls = tmp_path / 'scontrol_calls.txt'
+    scontrol = bin_dir / 'scontrol'
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {calls}\necho 127.0.0.1\n')
+    scontrol.chmod(0o755)
+    procs = []
+    for rank in range(WORLD):
+        env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO_ROOT), PATH=f'{bin_dir}:{os.environ["PATH"]}',
+                   SLURM_PROCID=str(rank), SLURM_NTASKS=str(WORLD), SLURM_NODELIST='node[01]', SLURM_LOCALID=str(rank))
+        env.pop('MASTER_PORT', None)
+        env.pop('MASTER_ADDR', None)
+        procs.append(subprocess.Popen([sys.executable, _launcher(ws), '-opt', opt_path, '--launcher', 'slurm'],
+                                      cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    for proc in procs:
+        _finish(proc)
+    assert calls.read_text().split('\n')[:WORLD] == ['show hostname node[01]'] * WORLD
+    exp = ws / 'experiments' / 'slurm_e2e'
+    assert (exp / 'models' / 'net_g_2.pth').is_file() and (exp / 'training_states' / '2.state').is_file()
+    assert len(list(exp.glob('train_*.log'))) == 1, 'only rank 0 writes a log'
+    log = newest_log(exp, 'train')
+    assert 'World size (gpu number): 2' in log and 'DistributedDataParallel - MCNetArch' in log
+    assert '# psnr:' in log

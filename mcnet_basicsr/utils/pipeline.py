@@ -73,15 +73,26 @@ def init_dist(launcher, backend='nccl', **kwargs):
 
     With CUDA: BasicSR's own code path (``torch.cuda.set_device(rank % #GPUs)``, then
     ``init_process_group``; nccl unless ``dist_params.backend`` says otherwise for ``slurm``).
-    Without CUDA, ``--launcher pytorch`` (torchrun) joins a gloo process group instead: BasicSR would
-    call ``torch.cuda.set_device`` and ask for nccl, both of which fail on a CPU-only machine.
+    Without CUDA the processes join a gloo process group instead: BasicSR would call
+    ``torch.cuda.set_device`` and ask for nccl, both of which fail on a CPU-only machine.
+    ``--launcher pytorch`` (torchrun) then reads torchrun's environment; ``--launcher slurm`` still goes
+    through BasicSR's slurm set-up (``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_NODELIST``, the master
+    address from ``scontrol``, ``dist_params.port``), with only its GPU binding left out.
     """
     from basicsr.utils import dist_util
     if torch.cuda.is_available():
         return dist_util.init_dist(launcher, backend, **kwargs)
+    if launcher == 'slurm':
+        # BasicSR binds task i to GPU i % device_count(): with no GPU that divides by zero, and there is nothing
+        # to bind. Everything else (ranks, world size, master address and port) is its code.
+        saved = torch.cuda.device_count, torch.cuda.set_device
+        torch.cuda.device_count, torch.cuda.set_device = (lambda: 1), (lambda device: None)
+        try:
+            return dist_util._init_dist_slurm('gloo', **kwargs)
+        finally:
+            torch.cuda.device_count, torch.cuda.set_device = saved
     if launcher != 'pytorch':
-        raise RuntimeError(f'--launcher {launcher} needs CUDA GPUs (BasicSR binds one GPU per task); '
-                           'without CUDA use torchrun with --launcher pytorch, which runs on the gloo backend.')
+        raise ValueError(f'unknown launcher {launcher!r} (BasicSR knows none, pytorch and slurm).')
     import torch.distributed as dist
     dist.init_process_group(backend='gloo', **kwargs)
 
