@@ -1,0 +1,85 @@
+"""The shipped MCNet+SRCNN layers on the official SRCNN, through the table's own chain, on one Set5 image.
+
+What a user reproducing Table 2 runs: the MATLAB release converted by scripts/convert_weights.py, Set5 prepared by
+scripts/prepare_datasets.py (mod-crop, MATLAB bicubic, uint8), options/test_{srcnn,mcnet_srcnn}_x<s>.yml and
+scripts/evaluate.py. Checked per scale on Set5 'butterfly': exact consistency (eps = 0), a gain over the backbone
+alone, and both PSNRs against values recorded from this chain, so a changed layer, conversion or protocol shows up.
+Needs ../shared (skipped without it); the solve stops at rel. residual 1e-4 to keep it at a few seconds per scale
+(the tables use 1e-6).
+"""
+import copy
+import importlib.util
+import shutil
+import subprocess
+import sys
+
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
+
+import pytest
+import torch
+import yaml
+
+from conftest import REPO_ROOT, shared_path
+
+sys.path.insert(0, str(REPO_ROOT / 'scripts'))
+import evaluate  # noqa: E402
+
+IMAGE = 'butterfly.png'
+# Y-PSNR (dB) on butterfly, uint8 RGB outputs, crop = scale; MCNet at rel. residual 1e-4 (CPU, float32).
+REG_SRCNN = {2: 32.759, 3: 27.949, 4: 25.457}
+REG_MCNET = {2: 33.981, 3: 29.493, 4: 26.844}  # x2: the run-13 layer
+
+
+@pytest.fixture(scope='module')
+def one_image_set5(tmp_path_factory):
+    """<root>/Set5/{HR_mod<s>, LR_bicubic/X<s>} holding butterfly only, and the converted official SRCNNs."""
+    src = shared_path('datasets')
+    shared_path('weights', 'srcnn_official_mat')
+    tmp = tmp_path_factory.mktemp('shipped_layers')
+    proc = subprocess.run([sys.executable, 'scripts/prepare_datasets.py', '--src', str(src), '--root', str(tmp / 'all'),
+                           '--scales', '2', '3', '4', '--eval-sets', 'Set5', '--train-sets'],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for s in (2, 3, 4):
+        for sub in (f'HR_mod{s}', f'LR_bicubic/X{s}'):
+            (tmp / 'one' / 'Set5' / sub).mkdir(parents=True)
+            shutil.copy(tmp / 'all' / 'Set5' / sub / IMAGE, tmp / 'one' / 'Set5' / sub / IMAGE)
+    spec = importlib.util.spec_from_file_location('convert_weights', REPO_ROOT / 'scripts' / 'convert_weights.py')
+    convert_weights = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(convert_weights)
+
+    paths = convert_weights.convert('srcnn_mat', convert_weights.DEFAULT_INPUTS['srcnn_mat'], str(tmp / 'pretrained_models'))
+    return tmp / 'one', dict(zip((2, 3, 4), paths))
+
+
+def _run(option, root, srcnn_path, scale):
+    with open(REPO_ROOT / 'options' / option) as f:
+        opt = yaml.safe_load(f)
+    opt = copy.deepcopy(opt)
+    ds = dict(opt['datasets']['test_1'], dataroot_gt=str(root / 'Set5' / f'HR_mod{scale}'),
+              dataroot_lq=str(root / 'Set5' / 'LR_bicubic' / f'X{scale}'))
+    assert ds['name'] == 'Set5'
+    opt['datasets'] = {'test_1': ds}
+    net = opt['network_g']
+    if net['type'] == 'MCNetArch':
+        net['backbone_path'] = srcnn_path
+        net['solver']['forward'].update(tol=1e-4, max_iter=100, cuda_graph=False)
+    else:
+        opt['path']['pretrain_network_g'] = srcnn_path
+    (record, ) = evaluate.evaluate_option(opt, torch.device('cpu'))
+    assert record['images'] == 1
+    return record
+
+
+@pytest.mark.parametrize('scale', [2, 3, 4])
+def test_shipped_srcnn_layer_on_butterfly(one_image_set5, scale):
+    root, srcnn = one_image_set5
+    backbone = _run(f'test_srcnn_x{scale}.yml', root, srcnn[scale], scale)
+    mcnet = _run(f'test_mcnet_srcnn_x{scale}.yml', root, srcnn[scale], scale)
+    print(f'x{scale}: SRCNN {backbone["psnr"]:.4f}, MCNet {mcnet["psnr"]:.4f} dB in {mcnet["iterations"]} iterations, '
+          f'||Ax - b|| {mcnet["fidelity"]:.2e}')
+    assert mcnet['fidelity'] <= 1e-5, 'eps = 0: the output must reproduce the measurement'
+    assert backbone['fidelity'] > 0.1
+    assert mcnet['psnr'] >= backbone['psnr'] + 0.5, (backbone['psnr'], mcnet['psnr'])
+    assert backbone['psnr'] == pytest.approx(REG_SRCNN[scale], abs=0.01)
+    assert mcnet['psnr'] == pytest.approx(REG_MCNET[scale], abs=0.02)
