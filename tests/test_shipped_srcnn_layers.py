@@ -7,8 +7,6 @@ alone, and both PSNRs against values recorded from this chain, so a changed laye
 Needs ../shared (skipped without it); the solve stops at rel. residual 1e-4 to keep it at a few seconds per scale
 (the tables use 1e-6).
 """
-import copy
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -22,6 +20,7 @@ import yaml
 from conftest import REPO_ROOT, shared_path
 
 sys.path.insert(0, str(REPO_ROOT / 'scripts'))
+import convert_weights  # noqa: E402
 import evaluate  # noqa: E402
 
 IMAGE = 'butterfly.png'
@@ -44,18 +43,14 @@ def one_image_set5(tmp_path_factory):
         for sub in (f'HR_mod{s}', f'LR_bicubic/X{s}'):
             (tmp / 'one' / 'Set5' / sub).mkdir(parents=True)
             shutil.copy(tmp / 'all' / 'Set5' / sub / IMAGE, tmp / 'one' / 'Set5' / sub / IMAGE)
-    spec = importlib.util.spec_from_file_location('convert_weights', REPO_ROOT / 'scripts' / 'convert_weights.py')
-    convert_weights = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(convert_weights)
-
-    paths = convert_weights.convert('srcnn_mat', convert_weights.DEFAULT_INPUTS['srcnn_mat'], str(tmp / 'pretrained_models'))
+    paths = convert_weights.convert('srcnn_mat', convert_weights.DEFAULT_INPUTS['srcnn_mat'],
+                                    str(tmp / 'pretrained_models'))
     return tmp / 'one', dict(zip((2, 3, 4), paths))
 
 
 def _run(option, root, srcnn_path, scale):
     with open(REPO_ROOT / 'options' / option) as f:
         opt = yaml.safe_load(f)
-    opt = copy.deepcopy(opt)
     ds = dict(opt['datasets']['test_1'], dataroot_gt=str(root / 'Set5' / f'HR_mod{scale}'),
               dataroot_lq=str(root / 'Set5' / 'LR_bicubic' / f'X{scale}'))
     assert ds['name'] == 'Set5'
