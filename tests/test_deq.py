@@ -198,9 +198,12 @@ def test_memory_independent_of_forward_iterations():
         return len(nodes), saved
 
     results, nfes = [], []
-    for iters in (10, 100):
+    # 5 and 20 iterations: the map contracts by <= 0.5 per step, so 20 steps leave a residual ~1e-6, far from the
+    # exact float64 fixed point that a long run can hit (one CPU reached it after 30 steps), and tol 1e-300
+    # cannot stop either run early
+    for iters in (5, 20):
         calls.update(grad=0, nograd=0)
-        cfg = SolverConfig(solver='fixed_point', tol=1e-300, max_iter=iters)  # runs to max_iter or exact 0
+        cfg = SolverConfig(solver='fixed_point', tol=1e-300, max_iter=iters)
         z_out, fst, _ = implicit_fixed_point(make_f(), torch.zeros(P.n, P.d, dtype=DT), cfg, cfg)
         assert calls['nograd'] == fst.nfe
         nfes.append(fst.nfe)
@@ -210,7 +213,7 @@ def test_memory_independent_of_forward_iterations():
         z_leaf = [v for v in leaves if v.shape == (P.n, P.d)]
         assert len(z_leaf) == 1 and z_leaf[0].grad_fn is None
         results.append(count_graph(z_out))
-    assert nfes[0] == 10 and nfes[1] >= 40
+    assert nfes == [5, 20]
     assert results[0] == results[1]
 
 

@@ -4,8 +4,10 @@ What a user reproducing Table 2 runs: the MATLAB release converted by scripts/co
 scripts/prepare_datasets.py (mod-crop, MATLAB bicubic, uint8), options/test_{srcnn,mcnet_srcnn}_x<s>.yml and
 scripts/evaluate.py. Checked per scale on Set5 'butterfly': exact consistency (eps = 0), a gain over the backbone
 alone, and both PSNRs against values recorded from this chain, so a changed layer, conversion or protocol shows up.
-Needs ../shared (skipped without it); the solve stops at rel. residual 1e-4 to keep it at a few seconds per scale
-(the tables use 1e-6).
+Needs ../shared (skipped without it); the solve stops at rel. residual 1e-5 (the tables use 1e-6): about 45-65
+iterations, 12-15 s per scale on a CPU. Not at 1e-4: there the PSNR is still 0.2 dB from converged and one iteration
+more or less moves it by 0.02 dB, and which iteration crosses 1e-4 changes with the CPU's convolution kernels (29.493
+on one machine, 29.471 on another at x3). At 1e-5, a tolerance 25% tighter or looser moves it by <= 0.006 dB.
 """
 import shutil
 import subprocess
@@ -24,9 +26,9 @@ import convert_weights  # noqa: E402
 import evaluate  # noqa: E402
 
 IMAGE = 'butterfly.png'
-# Y-PSNR (dB) on butterfly, uint8 RGB outputs, crop = scale; MCNet at rel. residual 1e-4 (CPU, float32).
+# Y-PSNR (dB) on butterfly, uint8 RGB outputs, crop = scale; MCNet at rel. residual 1e-5 (CPU, float32).
 REG_SRCNN = {2: 32.759, 3: 27.949, 4: 25.457}
-REG_MCNET = {2: 33.981, 3: 29.493, 4: 26.844}  # x2: the run-13 layer
+REG_MCNET = {2: 34.206, 3: 29.658, 4: 27.059}  # x2: the run-13 layer (the run-10 layer before it: 34.189)
 
 
 @pytest.fixture(scope='module')
@@ -58,7 +60,7 @@ def _run(option, root, srcnn_path, scale):
     net = opt['network_g']
     if net['type'] == 'MCNetArch':
         net['backbone_path'] = srcnn_path
-        net['solver']['forward'].update(tol=1e-4, max_iter=100, cuda_graph=False)
+        net['solver']['forward'].update(tol=1e-5, max_iter=300, cuda_graph=False)
     else:
         opt['path']['pretrain_network_g'] = srcnn_path
     (record, ) = evaluate.evaluate_option(opt, torch.device('cpu'))
@@ -77,4 +79,6 @@ def test_shipped_srcnn_layer_on_butterfly(one_image_set5, scale):
     assert backbone['fidelity'] > 0.1
     assert mcnet['psnr'] >= backbone['psnr'] + 0.5, (backbone['psnr'], mcnet['psnr'])
     assert backbone['psnr'] == pytest.approx(REG_SRCNN[scale], abs=0.01)
-    assert mcnet['psnr'] == pytest.approx(REG_MCNET[scale], abs=0.02)
+    # 0.005: about three iterations either way at 1e-5 (0.0011-0.0017 dB per iteration here), and the run-10 x2 layer
+    # (34.199) fails it
+    assert mcnet['psnr'] == pytest.approx(REG_MCNET[scale], abs=0.005)
