@@ -95,15 +95,14 @@ def psnr_float_y(y, gt, scale):
     return float(10 * torch.log10(1 / diff.pow(2).mean()))
 
 
-def y_uint8_metrics(y, gt, scale):
+def y_uint8_metrics(y, gt_img, scale):
     """PSNR and SSIM of the output's *Y channel quantised to uint8* (a Y-channel method's own uint8 output)
     against BasicSR's Y of the uint8 HR (float), crop = scale: the protocol of the literature's SRCNN
     numbers and of DESIGN.md's reference table (Set5 bicubic 33.670 / 30.398 / 28.426, official SRCNN
     36.660 / 32.754 / 30.489). The tables' primary protocol quantises RGB instead (``tensor2img``) and
-    reads 0.01-0.03 dB higher at x2. ``y``: 1x1xHxW tensor in [0, 1]; ``gt``: HxWx3 BGR float in [0, 1]."""
+    reads 0.01-0.03 dB higher at x2. ``y``: 1x1xHxW tensor in [0, 1]; ``gt_img``: the HR as HxWx3 BGR uint8."""
     y_u8 = np.round(np.clip(y[0, 0].double().cpu().numpy() * 255.0, 0, 255))[..., None]
-    gt_u8 = (gt * 255.0).round().astype(np.uint8)
-    gt_y = bgr2ycbcr(gt_u8.astype(np.float32) / 255.0, y_only=True)[..., None] * 255.0
+    gt_y = bgr2ycbcr(gt_img.astype(np.float32) / 255.0, y_only=True)[..., None] * 255.0
     # test_y_channel=False: both are Y already (a one-channel image is not converted anyway)
     return (calculate_psnr(y_u8, gt_y, crop_border=scale, input_order='HWC', test_y_channel=False),
             calculate_ssim(y_u8, gt_y, crop_border=scale, input_order='HWC', test_y_channel=False))
@@ -144,7 +143,7 @@ def evaluate_option(opt, device, overrides=(), limit=None):
             gt_img = (gt * 255.0).round().astype(np.uint8)
             psnrs.append(calculate_psnr(sr_img, gt_img, crop_border=scale, test_y_channel=True))
             psnrs_fy.append(psnr_float_y(y, gt, scale))
-            p_yu8, s_yu8 = y_uint8_metrics(y, gt, scale)
+            p_yu8, s_yu8 = y_uint8_metrics(y, gt_img, scale)
             psnrs_yu8.append(p_yu8)
             ssims_yu8.append(s_yu8)
             ssims.append(calculate_ssim(sr_img, gt_img, crop_border=scale, test_y_channel=True))
