@@ -1,9 +1,12 @@
 """Evaluate BasicSR test option files under the project's protocol and write JSON records.
 
 Protocol (everywhere in this project): HR mod-cropped to the scale, LR = MATLAB bicubic then
-uint8 (scripts/prepare_datasets.py), output quantised to uint8 as BasicSR saves it, PSNR/SSIM on
-Y with BasicSR's ``calculate_psnr`` / ``calculate_ssim`` (crop_border = scale), and the data
-fidelity ||A x - b||_2 on Y in [0, 1] of the *float* output (mean and max over the set).
+uint8 (scripts/prepare_datasets.py), the output's Y channel quantised to uint8 (a Y-channel method's
+own uint8 output, as the literature measures SRCNN and bicubic), PSNR/SSIM on Y against BasicSR's Y of
+the uint8 HR with BasicSR's ``calculate_psnr`` / ``calculate_ssim`` (crop_border = scale), and the data
+fidelity ||A x - b||_2 on Y in [0, 1] of the *float* output (mean and max over the set). This protocol
+reproduces the literature's figures to the hundredth (Set5 bicubic 33.670 / 30.398 / 28.426, official
+SRCNN 36.660 / 32.754 / 30.489 at x2 / x3 / x4).
 
     python scripts/evaluate.py -opt options/test_mcnet_srcnn_x2.yml --out results.json
     python scripts/evaluate.py -opt options/test_mcnet_srcnn_x2.yml \
@@ -11,8 +14,11 @@ fidelity ||A x - b||_2 on Y in [0, 1] of the *float* output (mean and max over t
 
 Each record: {"method", "backbone", "scale", "dataset", "psnr", "ssim", "fidelity",
 "fidelity_mean", "seconds_per_image", "iterations", "option", "device", "overrides"}, plus two secondary
-protocols: "psnr_float_y" (the float output's Y, not quantised) and "psnr_y_uint8" / "ssim_y_uint8" (the
-output's Y quantised to uint8, as the literature's SRCNN and bicubic numbers are measured).
+protocols: "psnr_rgb_uint8" / "ssim_rgb_uint8" (the RGB output quantised to uint8 by ``tensor2img``, then
+Y in float: what BasicSR's own validation and ``mcnet_basicsr/test.py`` print; 0.005-0.03 dB higher) and
+"psnr_float_y" (the float output's Y, not quantised; the paper's secondary protocol). Records written
+before 2026-11-27 have the RGB-uint8 numbers under "psnr"/"ssim" and the Y-uint8 ones under
+"psnr_y_uint8"/"ssim_y_uint8".
 """
 import argparse
 import json
@@ -99,8 +105,8 @@ def y_uint8_metrics(y, gt_img, scale):
     """PSNR and SSIM of the output's *Y channel quantised to uint8* (a Y-channel method's own uint8 output)
     against BasicSR's Y of the uint8 HR (float), crop = scale: the protocol of the literature's SRCNN
     numbers and of DESIGN.md's reference table (Set5 bicubic 33.670 / 30.398 / 28.426, official SRCNN
-    36.660 / 32.754 / 30.489). The tables' primary protocol quantises RGB instead (``tensor2img``) and
-    reads 0.01-0.03 dB higher at x2. ``y``: 1x1xHxW tensor in [0, 1]; ``gt_img``: the HR as HxWx3 BGR uint8."""
+    36.660 / 32.754 / 30.489): the project's primary protocol. BasicSR's validation quantises RGB instead
+    (``tensor2img``) and reads 0.005-0.03 dB higher. ``y``: 1x1xHxW tensor in [0, 1]; ``gt_img``: the HR as HxWx3 BGR uint8."""
     y_u8 = np.round(np.clip(y[0, 0].double().cpu().numpy() * 255.0, 0, 255))[..., None]
     gt_y = bgr2ycbcr(gt_img.astype(np.float32) / 255.0, y_only=True)[..., None] * 255.0
     # test_y_channel=False: both are Y already (a one-channel image is not converted anyway)
@@ -120,7 +126,7 @@ def evaluate_option(opt, device, overrides=(), limit=None):
     records = []
     for ds in opt['datasets'].values():
         names = sorted(f for f in os.listdir(ds['dataroot_gt']) if f.lower().endswith(IMG_EXT))[:limit]
-        psnrs, ssims, fids, secs, iters, ratios, psnrs_fy, psnrs_yu8, ssims_yu8 = [], [], [], [], [], [], [], [], []
+        psnrs, ssims, fids, secs, iters, ratios, psnrs_fy, psnrs_rgb, ssims_rgb = [], [], [], [], [], [], [], [], []
         for name in tqdm(names, desc=f'{opt["name"]} {ds["name"]}', unit='img', leave=False):
             gt = read_rgb(osp.join(ds['dataroot_gt'], name))
             lq = img2tensor(read_rgb(osp.join(ds['dataroot_lq'], name)), bgr2rgb=True, float32=True)[None].to(device)
@@ -141,12 +147,12 @@ def evaluate_option(opt, device, overrides=(), limit=None):
             # tensor2img clamps in place (on CPU tensors): hand it a copy, after the fidelity
             sr_img = tensor2img([out.detach().cpu().clone()])
             gt_img = (gt * 255.0).round().astype(np.uint8)
-            psnrs.append(calculate_psnr(sr_img, gt_img, crop_border=scale, test_y_channel=True))
-            psnrs_fy.append(psnr_float_y(y, gt, scale))
             p_yu8, s_yu8 = y_uint8_metrics(y, gt_img, scale)
-            psnrs_yu8.append(p_yu8)
-            ssims_yu8.append(s_yu8)
-            ssims.append(calculate_ssim(sr_img, gt_img, crop_border=scale, test_y_channel=True))
+            psnrs.append(p_yu8)
+            ssims.append(s_yu8)
+            psnrs_rgb.append(calculate_psnr(sr_img, gt_img, crop_border=scale, test_y_channel=True))
+            ssims_rgb.append(calculate_ssim(sr_img, gt_img, crop_border=scale, test_y_channel=True))
+            psnrs_fy.append(psnr_float_y(y, gt, scale))
             stats = getattr(net, 'last_stats', None)
             if stats:
                 iters.append(float(stats['forward'].iterations.float().mean()))
@@ -156,7 +162,7 @@ def evaluate_option(opt, device, overrides=(), limit=None):
             'fidelity_mean': float(np.mean(fids)), 'seconds_per_image': float(np.mean(secs[1:] or secs)),
             'iterations': float(np.mean(iters)) if iters else None, 'images': len(names), 'option': opt['name'],
             'psnr_float_y': float(np.mean(psnrs_fy)),
-            'psnr_y_uint8': float(np.mean(psnrs_yu8)), 'ssim_y_uint8': float(np.mean(ssims_yu8)),
+            'psnr_rgb_uint8': float(np.mean(psnrs_rgb)), 'ssim_rgb_uint8': float(np.mean(ssims_rgb)),
             'eps': eps_abs, 'eps_rms': eps_rms, 'fidelity_over_eps': float(np.max(ratios)) if ratios else None,
             'device': torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
             'overrides': list(overrides)})

@@ -33,7 +33,7 @@ from evaluate import evaluate_option, set_by_path  # noqa: E402
 
 REQUIRED_KEYS = ('method', 'backbone', 'scale', 'dataset', 'psnr', 'ssim', 'fidelity', 'seconds_per_image',
                  'iterations')
-EXTRA_KEYS = ('backbone_weights', 'psnr_float_y', 'psnr_y_uint8', 'ssim_y_uint8', 'eps', 'eps_rms', 'fidelity_over_eps', 'fidelity_mean', 'images', 'option', 'device', 'overrides')
+EXTRA_KEYS = ('backbone_weights', 'psnr_float_y', 'psnr_rgb_uint8', 'ssim_rgb_uint8', 'eps', 'eps_rms', 'fidelity_over_eps', 'fidelity_mean', 'images', 'option', 'device', 'overrides')
 SCALES = (2, 3, 4)
 DATASETS = ('Set5', 'Set14')
 
@@ -62,11 +62,12 @@ ROWS = (
     ('mcnet', 'rcan', 'ours-compact', 'options/test_mcnet_rcan_compact_x{s}.yml'),
 )
 
-# What the paper-derived targets of the training issue ask of MCNet + official SRCNN (BasicSR protocol):
+# What the paper-derived targets of the training issue ask of MCNet + official SRCNN (the project's protocol, Y
+# quantised to uint8, under which the official SRCNN gives the issue's 36.66 / 32.75 / 30.48):
 # per cell the larger of the paper's MCNet+SRCNN value and our SRCNN plus the paper's MCNet gain.
 TARGETS = {('mcnet', 'srcnn', 'Set5'): (37.23, 33.44, 31.22), ('mcnet', 'srcnn', 'Set14'): (32.90, 29.66, 27.98)}
 # Set5 x2/x3/x4 figures of the literature that tie the protocol to it (the tables issue: bicubic; the training
-# issue: the official SRCNN 9-5-5), each +-0.02; checked under both uint8 protocols when the records have both
+# issue: the official SRCNN 9-5-5), each +-0.02; checked under both uint8 protocols (only the primary must hold)
 LITERATURE_SET5 = {('bicubic', 'none', '-'): (33.66, 30.39, 28.42), ('backbone', 'srcnn', 'official'): (36.66, 32.75, 30.48)}
 
 # --quick: loose settings so that one image runs in seconds on a CPU (the numbers mean nothing)
@@ -195,10 +196,10 @@ def acceptance(records):
             # strict: a value that only rounds to the target (32.896 for 32.90) does not meet it
             lines.append(f"{'PASS' if r['psnr'] >= t else 'FAIL'} {row_label(m, b, w)} {d} x{s}: "
                          f"{r['psnr']:.3f} dB vs target {t:.2f} ({r['psnr'] - t:+.3f})")
-            if r.get('psnr_y_uint8') is not None and w == 'official':
-                v = r['psnr_y_uint8']
-                lines.append(f"{'PASS' if v >= t else 'FAIL'} {row_label(m, b, w)} {d} x{s}, Y-uint8 protocol: "
-                             f"{v:.3f} dB vs target {t:.2f} ({v - t:+.3f})")
+            if r.get('psnr_rgb_uint8') is not None:
+                v = r['psnr_rgb_uint8']
+                lines.append(f"(info) {row_label(m, b, w)} {d} x{s}, RGB-uint8 protocol: {v:.3f} dB vs target {t:.2f} "
+                             f"({v - t:+.3f})")
         ratio = r.get('fidelity_over_eps')
         if ratio is None:  # eps = 0: exact consistency up to rounding
             lines.append(f"{'PASS' if r['fidelity'] <= 1e-5 else 'FAIL'} {row_label(m, b, w)} {d} x{s}: "
@@ -210,11 +211,13 @@ def acceptance(records):
         lit = LITERATURE_SET5.get((m, b, w))
         if lit is None or d != 'Set5':
             continue
-        for key, name in (('psnr', 'RGB-uint8 (primary)'), ('psnr_y_uint8', 'Y-uint8')):
+        for key, name in (('psnr', 'Y-uint8 (primary)'), ('psnr_rgb_uint8', 'RGB-uint8')):
             if r.get(key) is not None:
                 v, ref = r[key], lit[s - 2]
-                lines.append(f"{'PASS' if abs(v - ref) <= 0.02 else 'FAIL'} {row_label(m, b, w)} Set5 x{s}, {name} protocol: "
-                             f"{v:.3f} dB vs the literature's {ref:.2f} +-0.02 ({v - ref:+.3f})")
+                ok = abs(v - ref) <= 0.02
+                verdict = ('PASS' if ok else 'FAIL') if key == 'psnr' else '(info)'
+                lines.append(f"{verdict} {row_label(m, b, w)} Set5 x{s}, {name} protocol: "
+                             f"{v:.3f} dB vs the literature's {ref:.2f} +-0.02 ({v - ref:+.3f}{'' if ok else ', outside'})")
     return lines
 
 
@@ -263,8 +266,9 @@ def markdown(records, skipped, quick=False):
         md += ('**QUICK SMOKE RUN** (`--quick`: first Set5 image, x2, CPU, loose solver settings). '
                'These numbers say nothing about the methods.\n\n')
     md += (f'Generated {datetime.date.today().isoformat()} on {", ".join(devices) or "-"}. Protocol: '
-           '`scripts/evaluate.py` (HR mod-crop, LR = MATLAB bicubic then uint8, outputs rounded to uint8, '
-           'Y-PSNR/SSIM with BasicSR, crop = scale; fidelity on the float output).\n'
+           '`scripts/evaluate.py` (HR mod-crop, LR = MATLAB bicubic then uint8, the output\'s Y rounded to uint8, '
+           'Y-PSNR/SSIM with BasicSR against the Y of the uint8 HR, crop = scale; fidelity on the float output). '
+           'This protocol gives the literature\'s bicubic and official SRCNN figures to the hundredth.\n'
            'Backbone weights: SRCNN = the official 9-5-5 ImageNet MATLAB models (converted); "ours, compact" = '
            'RDN/RCAN trained by this project on T91 + BSD200 (`options/train_{rdn,rcan}_compact_x*.yml`); the '
            'official-size RDN/RCAN rows need weights that cannot be downloaded here and are skipped.\n'
@@ -277,13 +281,13 @@ def markdown(records, skipped, quick=False):
         fy = _cells([r for r in records if r.get('psnr_float_y') is not None], 'psnr_float_y', lambda v: f'{v:.2f}')
         md += ('\n## Table 2, secondary protocol: PSNR (dB) of the float Y output (not rounded), crop = scale\n\n'
                + table(fy))
-    if any(r.get('psnr_y_uint8') is not None for r in records):
-        yu = [r for r in records if r.get('psnr_y_uint8') is not None]
-        yp, ys = _cells(yu, 'psnr_y_uint8', lambda v: f'{v:.2f}'), _cells(yu, 'ssim_y_uint8', lambda v: f'{v:.4f}')
-        md += ('\n## Table 2, secondary protocol: PSNR (dB) / SSIM of the output\'s Y quantised to uint8, crop = scale\n\n'
-               'The protocol of the literature\'s SRCNN and bicubic figures and of DESIGN.md\'s reference table '
-               '(`psnr_y_uint8` in the records; rows measured before the field existed show n/a).\n\n'
-               + table({k: f'{yp[k]} / {ys[k]}' for k in yp}))
+    if any(r.get('psnr_rgb_uint8') is not None for r in records):
+        rgb = [r for r in records if r.get('psnr_rgb_uint8') is not None]
+        rp, rs = _cells(rgb, 'psnr_rgb_uint8', lambda v: f'{v:.2f}'), _cells(rgb, 'ssim_rgb_uint8', lambda v: f'{v:.4f}')
+        md += ('\n## Table 2, secondary protocol: PSNR (dB) / SSIM with the RGB output rounded to uint8, crop = scale\n\n'
+               'What BasicSR\'s own validation and `mcnet_basicsr/test.py` print (`tensor2img` rounds RGB, the metric '
+               'takes Y in float; `psnr_rgb_uint8` in the records): 0.005-0.03 dB above the primary protocol.\n\n'
+               + table({k: f'{rp[k]} / {rs[k]}' for k in rp}))
     md += ('\n## Table 1: data fidelity ||A x - b||_2 (Y in [0, 1]), max over the set (mean)\n\n' + table(fid_both))
     md += '\n## Seconds per image (mean iterations)\n\n' + table(timing)
     md += ('\nNotes: PnP-ADMM is MCNet\'s iteration with beta = 0 and no backbone, run for a fixed number of '
@@ -323,7 +327,15 @@ def main(argv=None):
         for path in args.from_json:
             with open(path) as f:
                 records += json.load(f)
+        # rows without records: say why, as a fresh run would (option file, weights or data missing here)
+        have = {_key(r)[:3] for r in records}
         skipped = []
+        for method, backbone, weights, pattern in ROWS:
+            if (method, backbone, weights) in have:
+                continue
+            for s in SCALES:
+                _, _, reason = load_row(pattern, s, False, method, args.data_root, DATASETS)
+                skipped.append((row_label(method, backbone, weights), s, reason or 'no records in the given files'))
         _write(args.out_json, args.out_md, records, skipped, args.quick)
         return records, skipped
     # option files name their inputs relative to the repository root: run from there
