@@ -139,11 +139,14 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
     Every piece of state lives in a tensor allocated up front and is updated in place, so the two
     halves of an iteration (evaluate + book-keeping; step) are the same code whether they run
     eagerly or are replayed from CUDA graphs. With ``cuda_graph`` (CUDA tensors only; ignored
-    elsewhere), the first ``max(1, step.steady_from)`` iterations run eagerly (they also warm up
-    lazy work inside ``f``: caches, spectral-norm estimates, library handles) and the rest replay
-    two graphs captured once per solve, which removes the Python and kernel-launch cost of every
-    later iteration. ``f`` must then be capturable: no host synchronisation, no new tensors it
-    closes over between calls. A function can opt out with the attribute ``f.capturable = False``.
+    elsewhere), the first iteration runs eagerly (it warms up lazy work inside ``f``: caches,
+    spectral-norm estimates, library handles, cuDNN plans for a new image size), every later
+    evaluation of ``f`` replays one captured graph, and the step is replayed from a second graph
+    once its history length stops changing (``step.steady_from``; eager before). Both are captured
+    once per solve; this removes the Python and kernel-launch cost of every later iteration (the
+    evaluation is most of it: on a small image the eager warm-up iterations cost about half of a
+    whole solve when the evaluation was replayed only from ``steady_from`` on). ``f`` must then be
+    capturable: no host synchronisation, no new tensors it closes over between calls. A function can opt out with the attribute ``f.capturable = False``.
 
     One host sync per iteration (the batch-wide "all converged" exit, needed to know whether to
     evaluate ``f`` again); the per-sample masks stay on the device. The flag is posted before the
@@ -186,33 +189,34 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
         x.copy_(torch.where(converged[:, None], x, step(k_dev, h, x, fx)))
         k_dev.add_(1)
 
-    graphs = None
-    warmup = max(1, step.steady_from)  # eager iterations before the graphs take over
+    g_eval = g_step = fx_static = pool = None
+    warmup = max(1, step.steady_from)  # the step is replayed from here on (its history length is fixed)
     use_graphs = cuda_graph and dev.type == 'cuda' and getattr(f, 'capturable', True) and max_iter > warmup
     nfe = 0
     for k in range(max_iter):
         h = step.history(k)
-        if use_graphs and k >= warmup:
-            if graphs is None:
+        if use_graphs and k >= 1:
+            if g_eval is None:
                 pool = torch.cuda.graph_pool_handle()
                 g_eval, fx_static = _capture(evaluate, pool)
-                g_step, _ = _capture(lambda: advance(h, fx_static), pool)
-                graphs = (g_eval, g_step)
-            graphs[0].replay()
+            g_eval.replay()
+            fx = fx_static
         else:
             fx = evaluate()
         nfe += 1
         if k == max_iter - 1:
             break
         all_done.post(converged.all())
-        if graphs is not None:
-            graphs[1].replay()
+        if use_graphs and k >= warmup:
+            if g_step is None:
+                g_step, _ = _capture(lambda: advance(h, fx_static), pool)
+            g_step.replay()
         else:
             advance(h, fx)
         if all_done.get():
             break
     stats = SolverStats(iterations=iterations, residual=best_res, converged=converged,
-                        trace=list(trace[:nfe].unbind(0)), nfe=nfe, cuda_graph=graphs is not None)
+                        trace=list(trace[:nfe].unbind(0)), nfe=nfe, cuda_graph=g_eval is not None)
     return best_x.reshape(shape), stats
 
 
