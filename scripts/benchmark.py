@@ -32,7 +32,7 @@ Solver configurations (``--configs``; the reference is always measured first):
                    replayed from CUDA graphs; where the map cannot be captured, eps > 0, they run eagerly and
                    the row says so)
     graph_tol2e-5  rel. residual 2e-5, max 200, float32, CUDA graphs
-    graph_tol2e-5_autotune, graph_tol1e-5_autotune, paper_200_autotune
+    graph_tol2e-5_autotune, graph_tol1e-5_autotune, paper_200_autotune, graph_tol2e-5_autotune_cl
                    as graph_tol2e-5, graph_tol1e-5, paper_200 with cuDNN autotuning (``cudnn.benchmark``) for that
                    row only; each new image size pays its tuning inside that image's time
     graph_tf32_it50, graph_tf32_cl_it50
@@ -121,6 +121,9 @@ CONFIGS = {
                                'solver': dict(PAPER, tol=2e-5, cuda_graph=True), 'cudnn_benchmark': True},
     'graph_tol1e-5_autotune': {'label': 'paper stop: tol 1e-5 / max 200, fp32, CUDA graphs, cuDNN autotuning',
                                'solver': dict(PAPER, cuda_graph=True), 'cudnn_benchmark': True},
+    'graph_tol2e-5_autotune_cl': {'label': 'tol 2e-5 / max 200, fp32, CUDA graphs, cuDNN autotuning, channels_last',
+                                  'solver': dict(PAPER, tol=2e-5, cuda_graph=True), 'cudnn_benchmark': True,
+                                  'channels_last': True},
     'paper_200_autotune': {'label': 'paper: Anderson, 200 it. (forced), fp32, cuDNN autotuning',
                            'solver': dict(PAPER, tol=FORCED_TOL), 'cudnn_benchmark': True},
     'graph5_bf16': {'label': 'tol 1e-5 / max 200, backbone bf16, channels_last, CUDA graphs',

@@ -111,3 +111,23 @@ def test_flops_write_markdown_and_arguments(bench, tmp_path):
     args = bench.parse_args(['--configs', 'tol1e-4', 'paper_200'])
     assert args.configs == ['paper_200', 'tol1e-4']  # the reference first, always present
     assert bench.parse_args(['--quick']).device == 'cpu'
+
+
+def test_configured_sets_and_restores_cudnn_autotuning(bench):
+    """A row's cuDNN autotuning must not leak into the rows after it (the reference keeps cuDNN's heuristics)."""
+    net = torch.nn.Module()
+    net.forward_solver = net.backward_solver = None
+    net.backbone_dtype = None
+    seen = []
+    net.set_solver = lambda forward: seen.append(forward)
+    saved = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = False
+        with bench.configured(net, bench.CONFIGS['graph_tol2e-5_autotune'], quick=False):
+            assert torch.backends.cudnn.benchmark is True
+        assert torch.backends.cudnn.benchmark is False
+        with bench.configured(net, bench.CONFIGS['graph_tol2e-5'], quick=False):
+            assert torch.backends.cudnn.benchmark is False
+        assert seen[0]['tol'] == 2e-5 and seen[0]['cuda_graph'] is True
+    finally:
+        torch.backends.cudnn.benchmark = saved

@@ -52,7 +52,8 @@ def one_image_set5(tmp_path_factory):
     return tmp / 'one', dict(zip((2, 3, 4), paths))
 
 
-def _run(option, root, srcnn_path, scale):
+def _run(option, root, srcnn_path, scale, images=1):
+    """evaluate.py's record of one option file on ``<root>/Set5`` (its SRCNN path replaced by ``srcnn_path``)."""
     with open(REPO_ROOT / 'options' / option) as f:
         opt = yaml.safe_load(f)
     ds = dict(opt['datasets']['test_1'], dataroot_gt=str(root / 'Set5' / f'HR_mod{scale}'),
@@ -66,7 +67,7 @@ def _run(option, root, srcnn_path, scale):
     else:
         opt['path']['pretrain_network_g'] = srcnn_path
     (record, ) = evaluate.evaluate_option(opt, torch.device('cpu'))
-    assert record['images'] == 1
+    assert record['images'] == images
     return record
 
 
@@ -96,14 +97,7 @@ SRCNN_SET5_LITERATURE = {2: 36.66, 3: 32.75, 4: 30.48}
 @pytest.mark.parametrize('scale', [2, 3, 4])
 def test_official_srcnn_set5_both_protocols(one_image_set5, scale):
     root, srcnn = one_image_set5
-    with open(REPO_ROOT / 'options' / f'test_srcnn_x{scale}.yml') as f:
-        opt = yaml.safe_load(f)
-    all5 = root.parent / 'all' / 'Set5'
-    opt['datasets'] = {'test_1': dict(opt['datasets']['test_1'], dataroot_gt=str(all5 / f'HR_mod{scale}'),
-                                      dataroot_lq=str(all5 / 'LR_bicubic' / f'X{scale}'))}
-    opt['path']['pretrain_network_g'] = srcnn[scale]
-    (record, ) = evaluate.evaluate_option(opt, torch.device('cpu'))
-    assert record['images'] == 5
+    record = _run(f'test_srcnn_x{scale}.yml', root.parent / 'all', srcnn[scale], scale, images=5)
     assert record['psnr'] == pytest.approx(SRCNN_SET5_LITERATURE[scale], abs=0.02)
     assert record['psnr_rgb_uint8'] == pytest.approx(SRCNN_SET5_RGB_UINT8[scale], abs=0.005)
     assert record['psnr_rgb_uint8'] - record['psnr'] > 0.005  # rounding RGB leaves less noise in Y than rounding Y
