@@ -1,4 +1,4 @@
-"""scripts/search_beta.py (issue #5) and scripts/robustness.py (issue #6) on a tiny Set5.
+"""scripts/search_beta.py and scripts/calibrate_beta.py (issue #5) and scripts/robustness.py (issue #6) on a tiny Set5.
 
 CPU only: a two-photo "Set5" (48x48 HR, scikit-image photos) is prepared in a temporary folder
 exactly as scripts/prepare_datasets.py lays it out; solvers are loose. Backbone weights: the
@@ -24,6 +24,7 @@ from mcnet_basicsr.ops import imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 
 sys.path.insert(0, str(REPO_ROOT / 'scripts'))
+import calibrate_beta  # noqa: E402
 import md_section  # noqa: E402
 import robustness  # noqa: E402
 import search_beta  # noqa: E402
@@ -102,6 +103,48 @@ def test_search_beta_uses_set5_only(tmp_path):
     path.write_text(yaml.safe_dump(opt))
     with pytest.raises(ValueError, match='no Set5 block'):
         search_beta.load_cell(str(path), [], str(tmp_path))
+
+
+# ------------------------------------------------------------------------------------------ calibrate_beta
+def test_calibrate_beta_of_a_trained_layer(data_root, weights, tmp_path):
+    srcnn, _ = weights
+    layer = REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'mcnet_srcnn_x2.pth'
+    out, best_path = tmp_path / 'calib.json', tmp_path / 'best.pth'
+    argv = [str(layer), '--scale', '2', '--grid', '0.25', '1.0', '4.0', '--limit', '1', '--data-root', str(data_root),
+            '--device', 'cpu', '--set', f'network_g.backbone_path={srcnn}', '--set', 'network_g.denoiser_path=~',
+            '--set', 'network_g.solver.forward.tol=1e-3', '--set', 'network_g.solver.forward.max_iter=8',
+            '--out', str(out), '--save-best', str(best_path)]
+    calibrate_beta.main(argv)
+    res = json.loads(out.read_text())
+    state = torch.load(layer, map_location='cpu', weights_only=True)['params']
+    learned = float(state['log_beta'].exp())
+    assert res['dataset'] == 'Set5' and res['learned_beta'] == pytest.approx(learned)
+    recs = res['records']
+    assert [r['beta_factor'] for r in recs] == [0.25, 1.0, 4.0]
+    for r in recs:
+        assert RECORD_KEYS <= set(r) and (r['dataset'], r['images'], r['scale']) == ('Set5', 1, 2)
+        assert r['beta'] == pytest.approx(learned * r['beta_factor'])
+        assert r['fidelity'] <= 1e-5 and 1 <= r['iterations'] <= 8
+    assert len({round(r['psnr'], 6) for r in recs}) == 3, 'beta must change the output'
+    best = max(recs, key=lambda r: r['psnr'])
+    assert res['best']['beta_factor'] == best['beta_factor'] and res['best']['psnr'] == best['psnr']
+    # the written layer is the input with beta scaled by the best factor, nothing else changed
+    written = torch.load(best_path, map_location='cpu', weights_only=True)['params']
+    assert set(written) == set(state)
+    assert float(written['log_beta'].exp()) == pytest.approx(learned * best['beta_factor'], rel=1e-6)
+    assert all(torch.equal(written[k], state[k]) for k in state if k != 'log_beta')
+
+
+def test_calibrate_beta_rejects_bad_grids_and_layers(tmp_path):
+    layer = str(REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'mcnet_srcnn_x2.pth')
+    with pytest.raises(SystemExit):  # the layer as trained must be a candidate
+        calibrate_beta.main([layer, '--scale', '2', '--grid', '0.9', '1.1'])
+    with pytest.raises(SystemExit):
+        calibrate_beta.main([layer, '--scale', '2', '--grid', '0', '1.0'])
+    bare = tmp_path / 'dncnn.pth'
+    torch.save({'params': {'dncnn.0.weight': torch.zeros(1)}}, bare)
+    with pytest.raises(ValueError, match='log_beta'):
+        calibrate_beta.read_layer(str(bare))
 
 
 # ------------------------------------------------------------------------------------------ robustness
