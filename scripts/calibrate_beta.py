@@ -31,7 +31,7 @@ sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
 from atomic_io import write_json  # noqa: E402
 from evaluate import evaluate_option  # noqa: E402
-from search_beta import SELECTION_SET, load_cell  # noqa: E402
+from search_beta import SELECTION_SET, add_selection_arguments, check_set_items, load_cell  # noqa: E402
 
 DEFAULT_OPTION = 'options/test_mcnet_srcnn_x{scale}.yml'
 
@@ -85,21 +85,14 @@ def main(argv=None):
     parser.add_argument('-opt', '--option', help=f'MCNet test option file, "{{scale}}" filled in. Default: '
                         f'{DEFAULT_OPTION} (in the repository)')
     parser.add_argument('--param-key', default='params', help='state dict key in the checkpoint (params_ema for EMA)')
-    parser.add_argument('--limit', type=int, help='first N Set5 images (quick runs)')
-    parser.add_argument('--data-root', default='datasets', help='prepared data (the option files say datasets/)')
-    parser.add_argument('--device', default='auto', choices=['auto', 'cpu', 'cuda'])
-    parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
-                        help='further option override, dotted path, YAML value (repeatable)')
-    parser.add_argument('--out', help='write the JSON result here')
+    add_selection_arguments(parser)
     parser.add_argument('--save-best', metavar='PATH', help='write the checkpoint with the Set5-best factor here')
     args = parser.parse_args(argv)
     if any(f <= 0 for f in args.grid):
         parser.error(f'beta factors must be > 0, got {args.grid}')
     if 1.0 not in args.grid:
         parser.error('the grid must contain 1.0 (the layer as trained), the baseline of the selection')
-    for item in args.set:
-        if '=' not in item:
-            parser.error(f'--set takes KEY=VALUE, got {item!r}')
+    check_set_items(parser, args.set)
     device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
     checkpoint = osp.abspath(args.checkpoint)
     option = osp.abspath(args.option) if args.option else DEFAULT_OPTION

@@ -80,6 +80,22 @@ def load_cell(option_path, overrides, data_root):
     return opt
 
 
+def add_selection_arguments(parser):
+    """The arguments of every script that selects on Set5 (this one, ``calibrate_beta.py``)."""
+    parser.add_argument('--limit', type=int, help='first N Set5 images (quick runs)')
+    parser.add_argument('--data-root', default='datasets', help='prepared data (the option files say datasets/)')
+    parser.add_argument('--device', default='auto', choices=['auto', 'cpu', 'cuda'])
+    parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                        help='further option override, dotted path, YAML value (repeatable)')
+    parser.add_argument('--out', help='write the JSON result here')
+
+
+def check_set_items(parser, items):
+    for item in items:
+        if '=' not in item:
+            parser.error(f'--set takes KEY=VALUE, got {item!r}')
+
+
 def best_per_scale(records):
     """{scale: record} with the highest PSNR (the first of the grid on ties)."""
     best = {}
@@ -151,17 +167,10 @@ def main(argv=None):
     parser.add_argument('--denoiser-path', help=f'DnCNN checkpoint of the untrained layer. Default: {DEFAULT_DENOISER}')
     parser.add_argument('--tol', type=float, help="forward solver tolerance (default: the option file's)")
     parser.add_argument('--max-iter', type=int, help="forward solver iteration cap (default: the option file's)")
-    parser.add_argument('--limit', type=int, help='first N Set5 images (quick runs)')
-    parser.add_argument('--data-root', default='datasets', help='prepared data (the option files say datasets/)')
-    parser.add_argument('--device', default='auto', choices=['auto', 'cpu', 'cuda'])
-    parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
-                        help='further option override, dotted path, YAML value (repeatable)')
-    parser.add_argument('--out', help='write the JSON result here')
+    add_selection_arguments(parser)
     parser.add_argument('--out-md', help=f'write the table into this markdown file (section "{MD_SECTION}")')
     args = parser.parse_args(argv)
-    for item in args.set:
-        if '=' not in item:
-            parser.error(f'--set takes KEY=VALUE, got {item!r}')
+    check_set_items(parser, args.set)
     if any(b <= 0 for b in args.grid):
         parser.error(f'beta_init values must be > 0, got {args.grid}')
     device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
