@@ -322,32 +322,39 @@ def main(argv=None):
         if not sep or '=' not in assignment:
             parser.error(f'--set wants REGEX:KEY.PATH=VALUE, got {item!r}')
         extra.append((rx, assignment))
-    if args.from_json:
-        records = []
-        for path in args.from_json:
-            with open(path) as f:
-                records += json.load(f)
-        # rows without records: say why, as a fresh run would (option file, weights or data missing here)
-        have = {_key(r)[:3] for r in records}
-        skipped = []
-        for method, backbone, weights, pattern in ROWS:
-            if (method, backbone, weights) in have:
-                continue
-            for s in SCALES:
-                _, _, reason = load_row(pattern, s, False, method, args.data_root, DATASETS)
-                skipped.append((row_label(method, backbone, weights), s, reason or 'no records in the given files'))
-        _write(args.out_json, args.out_md, records, skipped, args.quick)
-        return records, skipped
-    # option files name their inputs relative to the repository root: run from there
+    # option files name their inputs relative to the repository root: run from there (both modes, so that the
+    # skip reasons of --from-json are those a fresh run would give)
     out_json, out_md, data_root = (osp.abspath(p) for p in (args.out_json, args.out_md, args.data_root))
     cwd = os.getcwd()
     os.chdir(REPO_ROOT)
     try:
-        records, skipped = run(args.quick, args.device, data_root, args.limit, only=args.only, overrides_extra=extra)
+        if args.from_json:
+            records = []
+            for path in args.from_json:
+                with open(osp.join(cwd, path)) as f:
+                    records += json.load(f)
+            skipped = rows_without_records(records, data_root)
+        else:
+            records, skipped = run(args.quick, args.device, data_root, args.limit, only=args.only,
+                                   overrides_extra=extra)
     finally:
         os.chdir(cwd)
     _write(out_json, out_md, records, skipped, args.quick)
     return records, skipped
+
+
+def rows_without_records(records, data_root):
+    """(label, scale, reason) for every table row the records do not have: why a fresh run would skip it
+    (option file, weights or data missing here), else that the given files have no records for it."""
+    have = {_key(r)[:3] for r in records}
+    skipped = []
+    for method, backbone, weights, pattern in ROWS:
+        if (method, backbone, weights) in have:
+            continue
+        for s in SCALES:
+            _, _, reason = load_row(pattern, s, False, method, data_root, DATASETS)
+            skipped.append((row_label(method, backbone, weights), s, reason or 'no records in the given files'))
+    return skipped
 
 
 def _write(out_json, out_md, records, skipped, quick):

@@ -317,3 +317,11 @@ def test_reproduce_tables_quick(tmp_path, monkeypatch):
         assert ((method, backbone, weights) in by_method) != (label in skipped_labels), label
     md = out_md.read_text()
     assert 'QUICK SMOKE RUN' in md and 'Table 2' in md and 'Table 1' in md
+    # --from-json from the same foreign directory: the records back unchanged, and every row without records listed
+    # with the reason a fresh run gives (the option files are found: they resolve against the repository root)
+    again, skipped_again = reproduce_tables.main(
+        ['--from-json', out_json.name, '--data-root', str(tmp_path / 'data'), '--out-json', str(tmp_path / 'r2.json'),
+         '--out-md', str(tmp_path / 'r2.md')])
+    assert again == records
+    assert {label for label, _, _ in skipped_again} == skipped_labels
+    assert not [reason for _, _, reason in skipped_again if reason.startswith('no option file')]
