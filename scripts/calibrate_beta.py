@@ -54,10 +54,9 @@ def with_beta_factor(state, factor):
     return out
 
 
-def calibrate(checkpoint, scale, grid, option=DEFAULT_OPTION, data_root='datasets', device='cpu', extra=(),
-              limit=None, param_key='params'):
-    """Evaluate every factor on Set5; returns the records (each with ``beta_factor`` and ``beta``)."""
-    state = read_layer(checkpoint, param_key)
+def calibrate(state, scale, grid, option=DEFAULT_OPTION, data_root='datasets', device='cpu', extra=(), limit=None):
+    """Evaluate the layer ``state`` (see :func:`read_layer`) with every factor on Set5; returns the learned beta
+    and the records (each with ``beta_factor`` and ``beta``)."""
     learned = math.exp(float(state['log_beta']))
     records = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,15 +93,14 @@ def main(argv=None):
         parser.error('the grid must contain 1.0 (the layer as trained), the baseline of the selection')
     check_set_items(parser, args.set)
     device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
-    checkpoint = osp.abspath(args.checkpoint)
+    state = read_layer(args.checkpoint, args.param_key)
     option = osp.abspath(args.option) if args.option else DEFAULT_OPTION
     data_root = osp.abspath(args.data_root)
     out, save_best = (osp.abspath(p) if p else None for p in (args.out, args.save_best))
     cwd = os.getcwd()
     os.chdir(REPO_ROOT)  # option files name their inputs relative to the repository root
     try:
-        learned, records = calibrate(checkpoint, args.scale, args.grid, option, data_root, device, args.set,
-                                     args.limit, args.param_key)
+        learned, records = calibrate(state, args.scale, args.grid, option, data_root, device, args.set, args.limit)
     finally:
         os.chdir(cwd)
     # the layer as trained wins ties: a factor must do better on Set5 to be chosen
@@ -117,7 +115,6 @@ def main(argv=None):
         write_json(out, result)
         print(f'wrote {out}')
     if save_best:
-        state = read_layer(checkpoint, args.param_key)
         torch.save({'params': with_beta_factor(state, best['beta_factor'])}, save_best)
         print(f'wrote {save_best}')
     return result

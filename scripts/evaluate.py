@@ -106,7 +106,8 @@ def y_uint8_metrics(y, gt_img, scale):
     against BasicSR's Y of the uint8 HR (float), crop = scale: the protocol of the literature's SRCNN
     numbers and of DESIGN.md's reference table (Set5 bicubic 33.670 / 30.398 / 28.426, official SRCNN
     36.660 / 32.754 / 30.489): the project's primary protocol. BasicSR's validation quantises RGB instead
-    (``tensor2img``) and reads 0.005-0.03 dB higher. ``y``: 1x1xHxW tensor in [0, 1]; ``gt_img``: the HR as HxWx3 BGR uint8."""
+    (``tensor2img``) and reads 0.005-0.03 dB higher. ``y``: 1x1xHxW tensor in [0, 1]; ``gt_img``: the HR as
+    HxWx3 BGR uint8."""
     y_u8 = np.round(np.clip(y[0, 0].double().cpu().numpy() * 255.0, 0, 255))[..., None]
     gt_y = bgr2ycbcr(gt_img.astype(np.float32) / 255.0, y_only=True)[..., None] * 255.0
     # test_y_channel=False: both are Y already (a one-channel image is not converted anyway)

@@ -33,7 +33,8 @@ from evaluate import evaluate_option, set_by_path  # noqa: E402
 
 REQUIRED_KEYS = ('method', 'backbone', 'scale', 'dataset', 'psnr', 'ssim', 'fidelity', 'seconds_per_image',
                  'iterations')
-EXTRA_KEYS = ('backbone_weights', 'psnr_float_y', 'psnr_rgb_uint8', 'ssim_rgb_uint8', 'eps', 'eps_rms', 'fidelity_over_eps', 'fidelity_mean', 'images', 'option', 'device', 'overrides')
+EXTRA_KEYS = ('backbone_weights', 'psnr_float_y', 'psnr_rgb_uint8', 'ssim_rgb_uint8', 'eps', 'eps_rms',
+              'fidelity_over_eps', 'fidelity_mean', 'images', 'option', 'device', 'overrides')
 SCALES = (2, 3, 4)
 DATASETS = ('Set5', 'Set14')
 
@@ -68,7 +69,8 @@ ROWS = (
 TARGETS = {('mcnet', 'srcnn', 'Set5'): (37.23, 33.44, 31.22), ('mcnet', 'srcnn', 'Set14'): (32.90, 29.66, 27.98)}
 # Set5 x2/x3/x4 figures of the literature that tie the protocol to it (the tables issue: bicubic; the training
 # issue: the official SRCNN 9-5-5), each +-0.02; checked under both uint8 protocols (only the primary must hold)
-LITERATURE_SET5 = {('bicubic', 'none', '-'): (33.66, 30.39, 28.42), ('backbone', 'srcnn', 'official'): (36.66, 32.75, 30.48)}
+LITERATURE_SET5 = {('bicubic', 'none', '-'): (33.66, 30.39, 28.42),
+                   ('backbone', 'srcnn', 'official'): (36.66, 32.75, 30.48)}
 
 # --quick: loose settings so that one image runs in seconds on a CPU (the numbers mean nothing)
 QUICK_OVERRIDES = {
@@ -216,8 +218,8 @@ def acceptance(records):
                 v, ref = r[key], lit[s - 2]
                 ok = abs(v - ref) <= 0.02
                 verdict = ('PASS' if ok else 'FAIL') if key == 'psnr' else '(info)'
-                lines.append(f"{verdict} {row_label(m, b, w)} Set5 x{s}, {name} protocol: "
-                             f"{v:.3f} dB vs the literature's {ref:.2f} +-0.02 ({v - ref:+.3f}{'' if ok else ', outside'})")
+                lines.append(f"{verdict} {row_label(m, b, w)} Set5 x{s}, {name} protocol: {v:.3f} dB vs the "
+                             f"literature's {ref:.2f} +-0.02 ({v - ref:+.3f}{'' if ok else ', outside'})")
     return lines
 
 
@@ -283,8 +285,10 @@ def markdown(records, skipped, quick=False):
                + table(fy))
     if any(r.get('psnr_rgb_uint8') is not None for r in records):
         rgb = [r for r in records if r.get('psnr_rgb_uint8') is not None]
-        rp, rs = _cells(rgb, 'psnr_rgb_uint8', lambda v: f'{v:.2f}'), _cells(rgb, 'ssim_rgb_uint8', lambda v: f'{v:.4f}')
-        md += ('\n## Table 2, secondary protocol: PSNR (dB) / SSIM with the RGB output rounded to uint8, crop = scale\n\n'
+        rp = _cells(rgb, 'psnr_rgb_uint8', lambda v: f'{v:.2f}')
+        rs = _cells(rgb, 'ssim_rgb_uint8', lambda v: f'{v:.4f}')
+        md += ('\n## Table 2, secondary protocol: PSNR (dB) / SSIM with the RGB output rounded to uint8, '
+               'crop = scale\n\n'
                'What BasicSR\'s own validation and `mcnet_basicsr/test.py` print (`tensor2img` rounds RGB, the metric '
                'takes Y in float; `psnr_rgb_uint8` in the records): 0.005-0.03 dB above the primary protocol.\n\n'
                + table({k: f'{rp[k]} / {rs[k]}' for k in rp}))

@@ -32,9 +32,9 @@ import reproduce_tables  # noqa: E402
 
 SRCNN_X2 = REPO_ROOT / 'experiments' / 'pretrained_models' / 'srcnn_955_imagenet_x2.pth'
 RYU = ('weights', 'dncnn_provable_pnp', 'DnCNN_noise15.pth')
-# Set5 bicubic, mean Y-PSNR. Project protocol (RGB output rounded to uint8, then Y): ../shared/DESIGN.md's
-# reference. The often-quoted 33.66 / 30.39 / 28.42 round Y (not RGB) to uint8; rounding RGB first
-# gives 0.01-0.03 dB more, and the test checks both on the same outputs.
+# Set5 bicubic, mean Y-PSNR. The project's protocol rounds the output's Y to uint8 and gives the often-quoted
+# 33.66 / 30.39 / 28.42; BasicSR's validation rounds RGB first and gives 0.005-0.03 dB more. The test checks both
+# on the same outputs.
 SET5_BICUBIC = {2: 33.68, 3: 30.40, 4: 28.43}  # DESIGN.md's figures
 SET5_BICUBIC_Y_UINT8 = {2: 33.66, 3: 30.39, 4: 28.42}  # the tables issue's literature figures
 

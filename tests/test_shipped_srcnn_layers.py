@@ -28,7 +28,8 @@ import convert_weights  # noqa: E402
 import evaluate  # noqa: E402
 
 IMAGE = 'butterfly.png'
-# Y-PSNR (dB) on butterfly, uint8 RGB outputs (evaluate's `psnr_rgb_uint8`), crop = scale; MCNet at rel. residual 1e-5 (CPU, float32).
+# Y-PSNR (dB) on butterfly, uint8 RGB outputs (evaluate's `psnr_rgb_uint8`), crop = scale; MCNet at rel. residual
+# 1e-5 (CPU, float32).
 REG_SRCNN = {2: 32.759, 3: 27.949, 4: 25.457}
 REG_MCNET = {2: 34.206, 3: 29.658, 4: 27.094}  # x2: the run-13 layer (run 10: 34.189); x4: run 14 (run 11: 27.059)
 
@@ -76,7 +77,8 @@ def test_shipped_srcnn_layer_on_butterfly(one_image_set5, scale):
     root, srcnn = one_image_set5
     backbone = _run(f'test_srcnn_x{scale}.yml', root, srcnn[scale], scale)
     mcnet = _run(f'test_mcnet_srcnn_x{scale}.yml', root, srcnn[scale], scale)
-    print(f'x{scale}: SRCNN {backbone["psnr_rgb_uint8"]:.4f}, MCNet {mcnet["psnr_rgb_uint8"]:.4f} dB in {mcnet["iterations"]} iterations, '
+    print(f'x{scale}: SRCNN {backbone["psnr_rgb_uint8"]:.4f}, MCNet {mcnet["psnr_rgb_uint8"]:.4f} dB in '
+          f'{mcnet["iterations"]} iterations, '
           f'||Ax - b|| {mcnet["fidelity"]:.2e}')
     assert mcnet['fidelity'] <= 1e-5, 'eps = 0: the output must reproduce the measurement'
     assert backbone['fidelity'] > 0.1

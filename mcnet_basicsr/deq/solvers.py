@@ -146,7 +146,8 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
     once per solve; this removes the Python and kernel-launch cost of every later iteration (the
     evaluation is most of it: on a small image the eager warm-up iterations cost about half of a
     whole solve when the evaluation was replayed only from ``steady_from`` on). ``f`` must then be
-    capturable: no host synchronisation, no new tensors it closes over between calls. A function can opt out with the attribute ``f.capturable = False``.
+    capturable: no host synchronisation, no new tensors it closes over between calls. A function can
+    opt out with the attribute ``f.capturable = False``.
 
     One host sync per iteration (the batch-wide "all converged" exit, needed to know whether to
     evaluate ``f`` again); the per-sample masks stay on the device. The flag is posted before the
