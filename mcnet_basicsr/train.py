@@ -18,7 +18,8 @@ if __package__ in (None, ''):  # run as a script: import the package, not its fo
     sys.path[0] = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 
 import mcnet_basicsr  # noqa: E402,F401  (registers our types, aliases torchvision)
-from mcnet_basicsr.utils.pipeline import default_root_path, patch_dist_for_cpu, patch_resume_for_cpu  # noqa: E402,E501
+from mcnet_basicsr.utils.pipeline import (default_root_path, destroy_dist, patch_dist_for_cpu,  # noqa: E402
+                                         patch_resume_for_cpu)
 
 
 def main(root_path=None):
@@ -26,6 +27,7 @@ def main(root_path=None):
     patch_resume_for_cpu(basicsr.train)
     patch_dist_for_cpu()
     basicsr.train.train_pipeline(root_path or default_root_path())
+    destroy_dist()
 
 
 if __name__ == '__main__':

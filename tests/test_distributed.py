@@ -102,11 +102,19 @@ def test_ddp_gradient_equals_single_process_gradient(tmp_path):
 
 # ---------------------------------------------------------------- torchrun end to end
 def _launcher(ws):
-    """mcnet_basicsr/train.py's main() with experiments/ in the workspace instead of the repository."""
+    """mcnet_basicsr/train.py's main() with experiments/ in the workspace instead of the repository; each process
+    then prints whether it is still in a process group (main() must leave it: see ``EXIT_LINE``)."""
     path = ws / 'train_in_ws.py'
     path.write_text(f'import sys\nsys.path.insert(0, {str(REPO_ROOT)!r})\n'
-                    f'from mcnet_basicsr.train import main\nmain(root_path={str(ws)!r})\n')
+                    f'from mcnet_basicsr.train import main\nmain(root_path={str(ws)!r})\n'
+                    'import torch.distributed as dist\n'
+                    'print("process group still initialised after main():", dist.is_initialized(), flush=True)\n')
     return str(path)
+
+
+# A rank that leaves its gloo group to interpreter shutdown can abort after a successful run (SIGABRT,
+# "terminate called without an active exception"; seen once in CI): main() destroys the group itself.
+EXIT_LINE = 'process group still initialised after main(): False'
 
 
 def _torchrun(ws, opt_path, *extra):
@@ -164,7 +172,8 @@ def _ddp_option(ws, total_iter, name):
 def test_torchrun_trains_checkpoints_and_validates(workspace):  # noqa: F811
     ws = workspace
     opt_path = dump_option(_ddp_option(ws, total_iter=4, name='ddp_e2e'), ws / 'ddp_e2e.yml')
-    _finish(_torchrun(ws, opt_path))
+    out = _finish(_torchrun(ws, opt_path))
+    assert out.count(EXIT_LINE) == WORLD, 'every rank leaves its process group before exit'
     exp = ws / 'experiments' / 'ddp_e2e'
     for f in ('models/net_g_2.pth', 'models/net_g_4.pth', 'models/net_g_latest.pth', 'training_states/4.state'):
         assert (exp / f).is_file(), f
@@ -251,7 +260,7 @@ def test_slurm_launcher_emulated_srun(workspace, tmp_path):  # noqa: F811
                                       cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
     for proc in procs:
-        _finish(proc)
+        assert EXIT_LINE in _finish(proc)
     assert calls.read_text().split('\n')[:WORLD] == ['show hostname node[01]'] * WORLD
     exp = ws / 'experiments' / 'slurm_e2e'
     assert (exp / 'models' / 'net_g_2.pth').is_file() and (exp / 'training_states' / '2.state').is_file()

@@ -101,3 +101,18 @@ def patch_dist_for_cpu():
     """Make BasicSR's ``parse_options`` use :func:`init_dist` (our entry points only)."""
     from basicsr.utils import options
     options.init_dist = init_dist
+
+
+def destroy_dist():
+    """Leave the process group, if this process joined one, before the interpreter shuts down.
+
+    BasicSR's pipelines never call ``destroy_process_group``. A rank that finishes first (every rank but
+    0 skips the final save and validation) then tears the group down during interpreter finalisation,
+    where gloo's worker threads can still hold work objects: that rank dies with SIGABRT ("terminate
+    called without an active exception") after a run that succeeded, and torchrun reports the job as
+    failed. Called after a pipeline returns; not on an exception, where the other ranks may still wait in
+    a collective and an orderly teardown could hang.
+    """
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
