@@ -18,7 +18,6 @@ shifted by log(best factor) (``params`` only; the factor 1.0 gives the input bac
 """
 import argparse
 import math
-import os
 import os.path as osp
 import sys
 import tempfile
@@ -30,7 +29,7 @@ REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
 from atomic_io import write_json  # noqa: E402
-from evaluate import evaluate_option  # noqa: E402
+from evaluate import evaluate_option, in_repo_root  # noqa: E402
 from search_beta import SELECTION_SET, add_selection_arguments, check_set_items, load_cell  # noqa: E402
 
 DEFAULT_OPTION = 'options/test_mcnet_srcnn_x{scale}.yml'
@@ -97,12 +96,8 @@ def main(argv=None):
     option = osp.abspath(args.option) if args.option else DEFAULT_OPTION
     data_root = osp.abspath(args.data_root)
     out, save_best = (osp.abspath(p) if p else None for p in (args.out, args.save_best))
-    cwd = os.getcwd()
-    os.chdir(REPO_ROOT)  # option files name their inputs relative to the repository root
-    try:
+    with in_repo_root():
         learned, records = calibrate(state, args.scale, args.grid, option, data_root, device, args.set, args.limit)
-    finally:
-        os.chdir(cwd)
     # the layer as trained wins ties: a factor must do better on Set5 to be chosen
     base = next(r for r in records if r['beta_factor'] == 1.0)
     best = max(records, key=lambda r: (r['psnr'], r is base))

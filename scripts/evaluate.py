@@ -21,6 +21,7 @@ before 2026-11-27 have the RGB-uint8 numbers under "psnr"/"ssim" and the Y-uint8
 "psnr_y_uint8"/"ssim_y_uint8".
 """
 import argparse
+import contextlib
 import json
 import os
 import os.path as osp
@@ -33,7 +34,8 @@ import torch
 import yaml
 from tqdm import tqdm
 
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), osp.pardir)))
+REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
+sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # the scripts' own helpers, also when loaded by path
 import mcnet_basicsr  # noqa: E402,F401
 from atomic_io import write_json  # noqa: E402
@@ -47,6 +49,20 @@ from mcnet_basicsr.utils.color import rgb_to_ycbcr  # noqa: E402
 
 IMG_EXT = ('.png', '.bmp', '.jpg', '.jpeg', '.tif', '.tiff')
 METHODS = {'MCNetArch': 'mcnet', 'Bicubic': 'bicubic', 'PnPADMM': 'pnp', 'TVTV': 'tvtv'}
+
+
+@contextlib.contextmanager
+def in_repo_root():
+    """Run the block from the repository root and return to the caller's directory afterwards, also on an
+    error: option files name their inputs (datasets/, experiments/, mcnet_basicsr/weights/) relative to the
+    root. The scripts resolve their own path arguments against the caller's directory before entering.
+    (``contextlib.chdir`` would do, but needs Python 3.11; setup.py allows 3.9.)"""
+    cwd = os.getcwd()
+    os.chdir(REPO_ROOT)
+    try:
+        yield cwd
+    finally:
+        os.chdir(cwd)
 
 
 def set_by_path(opt, dotted, value):

@@ -17,7 +17,6 @@ option, device, overrides.
 import argparse
 import datetime
 import json
-import os
 import os.path as osp
 import re
 import sys
@@ -29,7 +28,7 @@ REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
 from atomic_io import write_json, write_text  # noqa: E402
-from evaluate import evaluate_option, set_by_path  # noqa: E402
+from evaluate import evaluate_option, in_repo_root, set_by_path  # noqa: E402
 
 REQUIRED_KEYS = ('method', 'backbone', 'scale', 'dataset', 'psnr', 'ssim', 'fidelity', 'seconds_per_image',
                  'iterations')
@@ -329,9 +328,7 @@ def main(argv=None):
     # option files name their inputs relative to the repository root: run from there (both modes, so that the
     # skip reasons of --from-json are those a fresh run would give)
     out_json, out_md, data_root = (osp.abspath(p) for p in (args.out_json, args.out_md, args.data_root))
-    cwd = os.getcwd()
-    os.chdir(REPO_ROOT)
-    try:
+    with in_repo_root() as cwd:
         if args.from_json:
             records = []
             for path in args.from_json:
@@ -341,8 +338,6 @@ def main(argv=None):
         else:
             records, skipped = run(args.quick, args.device, data_root, args.limit, only=args.only,
                                    overrides_extra=extra)
-    finally:
-        os.chdir(cwd)
     _write(out_json, out_md, records, skipped, args.quick)
     return records, skipped
 

@@ -50,7 +50,7 @@ from tqdm import tqdm
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
-from evaluate import IMG_EXT, evaluate_option, set_by_path  # noqa: E402
+from evaluate import IMG_EXT, evaluate_option, in_repo_root, set_by_path  # noqa: E402
 from atomic_io import write_json  # noqa: E402
 from md_section import replace_section  # noqa: E402
 from reproduce_tables import QUICK_OVERRIDES, missing_inputs  # noqa: E402
@@ -304,13 +304,9 @@ def main(argv=None):
     data_root = osp.abspath(args.data_root)
     work_dir = osp.abspath(args.work_dir) if args.work_dir else None
     out, out_md = (osp.abspath(p) if p else None for p in (args.out, args.out_md))
-    cwd = os.getcwd()
-    os.chdir(REPO_ROOT)  # option files name their inputs relative to the repository root
-    try:
+    with in_repo_root():
         records, skipped = run(args.dataset, args.scale, args.perturbations, pairs, data_root, work_dir, args.seed,
                                args.eps_rms, args.quick, args.limit, args.device, args.set_backbone, args.set_mcnet)
-    finally:
-        os.chdir(cwd)
     result = {'dataset': args.dataset, 'scale': args.scale, 'seed': args.seed, 'quick': args.quick,
               'perturbations': {p: PERTURBATIONS[p] for p in args.perturbations}, 'records': records,
               'skipped': skipped}

@@ -21,7 +21,6 @@ the file is kept).
 """
 import argparse
 import datetime
-import os
 import os.path as osp
 import sys
 
@@ -32,7 +31,7 @@ from tqdm import tqdm
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
-from evaluate import evaluate_option, set_by_path  # noqa: E402
+from evaluate import evaluate_option, in_repo_root, set_by_path  # noqa: E402
 from atomic_io import write_json  # noqa: E402
 from md_section import replace_section  # noqa: E402
 from reproduce_tables import _rebase, missing_inputs  # noqa: E402
@@ -180,13 +179,9 @@ def main(argv=None):
     denoiser = osp.abspath(args.denoiser_path) if args.denoiser_path else DEFAULT_DENOISER
     data_root = osp.abspath(args.data_root)
     out, out_md = (osp.abspath(p) if p else None for p in (args.out, args.out_md))
-    cwd = os.getcwd()
-    os.chdir(REPO_ROOT)
-    try:
+    with in_repo_root():
         records = search(option, args.scales, args.grid, denoiser, args.tol, args.max_iter, args.limit, data_root,
                          device, args.set)
-    finally:
-        os.chdir(cwd)
 
     best = best_per_scale(records)
     print()
