@@ -13,12 +13,18 @@ SRCNN 36.660 / 32.754 / 30.489 at x2 / x3 / x4).
         --set network_g.solver.forward.tol=1e-4 --set path.pretrain_network_g=~
 
 Each record: {"method", "backbone", "scale", "dataset", "psnr", "ssim", "fidelity",
-"fidelity_mean", "seconds_per_image", "iterations", "option", "device", "overrides"}, plus two secondary
+"fidelity_mean", "seconds_per_image", "iterations", "iterations_max", "converged", "residual_max", "option",
+"device", "overrides"}, plus two secondary
 protocols: "psnr_rgb_uint8" / "ssim_rgb_uint8" (the RGB output quantised to uint8 by ``tensor2img``, then
 Y in float: what BasicSR's own validation and ``mcnet_basicsr/test.py`` print; 0.005-0.03 dB higher) and
 "psnr_float_y" (the float output's Y, not quantised; the paper's secondary protocol). Records written
 before 2026-11-27 have the RGB-uint8 numbers under "psnr"/"ssim" and the Y-uint8 ones under
 "psnr_y_uint8"/"ssim_y_uint8".
+
+"converged" is the fraction of images whose forward solve reached the option file's tolerance and
+"residual_max" the largest relative residual returned (the solver keeps the best iterate when it stops at
+``max_iter``); both are None for methods that run a fixed number of iterations (PnP, TV-TV) or none.
+Records written before 2026-11-27 do not have them.
 """
 import argparse
 import contextlib
@@ -144,6 +150,7 @@ def evaluate_option(opt, device, overrides=(), limit=None):
     for ds in opt['datasets'].values():
         names = sorted(f for f in os.listdir(ds['dataroot_gt']) if f.lower().endswith(IMG_EXT))[:limit]
         psnrs, ssims, fids, secs, iters, ratios, psnrs_fy, psnrs_rgb, ssims_rgb = [], [], [], [], [], [], [], [], []
+        converged, residuals = [], []
         for name in tqdm(names, desc=f'{opt["name"]} {ds["name"]}', unit='img', leave=False):
             gt = read_rgb(osp.join(ds['dataroot_gt'], name))
             lq = img2tensor(read_rgb(osp.join(ds['dataroot_lq'], name)), bgr2rgb=True, float32=True)[None].to(device)
@@ -173,11 +180,16 @@ def evaluate_option(opt, device, overrides=(), limit=None):
             stats = getattr(net, 'last_stats', None)
             if stats:
                 iters.append(float(stats['forward'].iterations.float().mean()))
+                if method == 'mcnet':  # a tolerance-stopped solve (the baselines run a fixed iteration count)
+                    converged.append(bool(stats['forward'].converged.all()))
+                    residuals.append(float(stats['forward'].residual.max()))
         records.append({
             'method': method, 'backbone': backbone, 'scale': scale, 'dataset': ds['name'],
             'psnr': float(np.mean(psnrs)), 'ssim': float(np.mean(ssims)), 'fidelity': float(np.max(fids)),
             'fidelity_mean': float(np.mean(fids)), 'seconds_per_image': float(np.mean(secs[1:] or secs)),
-            'iterations': float(np.mean(iters)) if iters else None, 'images': len(names), 'option': opt['name'],
+            'iterations': float(np.mean(iters)) if iters else None, 'iterations_max': max(iters) if iters else None,
+            'converged': float(np.mean(converged)) if converged else None,
+            'residual_max': max(residuals) if residuals else None, 'images': len(names), 'option': opt['name'],
             'psnr_float_y': float(np.mean(psnrs_fy)),
             'psnr_rgb_uint8': float(np.mean(psnrs_rgb)), 'ssim_rgb_uint8': float(np.mean(ssims_rgb)),
             'eps': eps_abs, 'eps_rms': eps_rms, 'fidelity_over_eps': float(np.max(ratios)) if ratios else None,
@@ -211,7 +223,9 @@ def main(argv=None):
         records = evaluate_option(opt, device, args.set, args.limit)
         for r in records:
             print(f"{r['option']:28s} {r['dataset']:6s} x{r['scale']}  PSNR {r['psnr']:.3f}  SSIM {r['ssim']:.4f}  "
-                  f"fid max {r['fidelity']:.2e}  {r['seconds_per_image'] * 1e3:.1f} ms/img  iters {r['iterations']}")
+                  f"fid max {r['fidelity']:.2e}  {r['seconds_per_image'] * 1e3:.1f} ms/img  iters {r['iterations']}"
+                  + (f"  converged {r['converged']:.0%} (residual max {r['residual_max']:.1e})"
+                     if r['converged'] is not None else ''))
         all_records += records
     if args.out:
         old = json.load(open(args.out)) if osp.exists(args.out) else []

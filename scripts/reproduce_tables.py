@@ -12,7 +12,8 @@ the tables (the paper's numbers are not included: we do not have them reliably).
 Record keys: method (bicubic | pnp | backbone | tvtv | mcnet), backbone (none | srcnn | rdn | rcan),
 scale, dataset, psnr, ssim, fidelity (max ||Ax - b||_2 over the set, Y in [0, 1], float output),
 seconds_per_image, iterations (mean; null for non-iterative rows), plus fidelity_mean, images,
-option, device, overrides.
+option, device, overrides, and for MCNet iterations_max, converged (fraction of images whose solve reached
+the tolerance) and residual_max (see scripts/evaluate.py).
 """
 import argparse
 import datetime
@@ -33,7 +34,8 @@ from evaluate import evaluate_option, in_repo_root, set_by_path  # noqa: E402
 REQUIRED_KEYS = ('method', 'backbone', 'scale', 'dataset', 'psnr', 'ssim', 'fidelity', 'seconds_per_image',
                  'iterations')
 EXTRA_KEYS = ('backbone_weights', 'psnr_float_y', 'psnr_rgb_uint8', 'ssim_rgb_uint8', 'eps', 'eps_rms',
-              'fidelity_over_eps', 'fidelity_mean', 'images', 'option', 'device', 'overrides')
+              'fidelity_over_eps', 'fidelity_mean', 'images', 'option', 'device', 'overrides', 'iterations_max',
+              'converged', 'residual_max')
 SCALES = (2, 3, 4)
 DATASETS = ('Set5', 'Set14')
 
@@ -248,7 +250,10 @@ def markdown(records, skipped, quick=False):
     fid_both = {k: f'{fid[k]} ({fid_mean[k]})' for k in fid}
     secs = _cells(records, 'seconds_per_image', lambda v: f'{v:.3f}')
     iters = _cells(records, 'iterations', lambda v: f'{v:.0f}')
-    timing = {k: f'{secs[k]} ({iters[k]})' for k in secs}
+    # a solve stopped by max_iter returns its best iterate: say so where it happened (records since 2026-11-27)
+    conv = _cells([r for r in records if r.get('converged') is not None], 'converged', lambda v: f'{v:.0%}')
+    timing = {k: f'{secs[k]} ({iters[k]}' + (f', {conv[k]} to tol)' if k in conv and conv[k] != '100%' else ')')
+              for k in secs}
     overrides = sorted({o for r in records for o in r['overrides']})
     target_rows = []
     for (m, b, d), values in TARGETS.items():
@@ -292,7 +297,8 @@ def markdown(records, skipped, quick=False):
                'takes Y in float; `psnr_rgb_uint8` in the records): 0.005-0.03 dB above the primary protocol.\n\n'
                + table({k: f'{rp[k]} / {rs[k]}' for k in rp}))
     md += ('\n## Table 1: data fidelity ||A x - b||_2 (Y in [0, 1]), max over the set (mean)\n\n' + table(fid_both))
-    md += '\n## Seconds per image (mean iterations)\n\n' + table(timing)
+    md += ('\n## Seconds per image (mean iterations; for MCNet, the share of images whose solve reached the '
+           'tolerance when not all did)\n\n' + table(timing))
     md += ('\nNotes: PnP-ADMM is MCNet\'s iteration with beta = 0 and no backbone, run for a fixed number of '
            'iterations; TV-TV is solved by ADMM with the exact projection onto the consistency set '
            '(see `mcnet_basicsr/archs/baselines_arch.py`).\n')
