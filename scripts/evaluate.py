@@ -48,8 +48,8 @@ from atomic_io import write_json  # noqa: E402
 from basicsr.archs import build_network  # noqa: E402
 from basicsr.metrics import calculate_psnr, calculate_ssim  # noqa: E402
 from basicsr.utils import img2tensor, tensor2img  # noqa: E402
-from basicsr.utils.color_util import bgr2ycbcr  # noqa: E402
 
+from mcnet_basicsr.metrics import y_uint8_metrics  # noqa: E402
 from mcnet_basicsr.ops import build_operator  # noqa: E402
 from mcnet_basicsr.utils.color import rgb_to_ycbcr  # noqa: E402
 
@@ -121,20 +121,6 @@ def psnr_float_y(y, gt, scale):
     gt_y = rgb_to_ycbcr(torch.from_numpy(np.ascontiguousarray(gt[:, :, ::-1].transpose(2, 0, 1)))[None].double())[:, :1]
     diff = (y.double().cpu().clamp(0, 1) - gt_y)[..., scale:-scale, scale:-scale]
     return float(10 * torch.log10(1 / diff.pow(2).mean()))
-
-
-def y_uint8_metrics(y, gt_img, scale):
-    """PSNR and SSIM of the output's *Y channel quantised to uint8* (a Y-channel method's own uint8 output)
-    against BasicSR's Y of the uint8 HR (float), crop = scale: the protocol of the literature's SRCNN
-    numbers and of DESIGN.md's reference table (Set5 bicubic 33.670 / 30.398 / 28.426, official SRCNN
-    36.660 / 32.754 / 30.489): the project's primary protocol. BasicSR's validation quantises RGB instead
-    (``tensor2img``) and reads 0.005-0.03 dB higher. ``y``: 1x1xHxW tensor in [0, 1]; ``gt_img``: the HR as
-    HxWx3 BGR uint8."""
-    y_u8 = np.round(np.clip(y[0, 0].double().cpu().numpy() * 255.0, 0, 255))[..., None]
-    gt_y = bgr2ycbcr(gt_img.astype(np.float32) / 255.0, y_only=True)[..., None] * 255.0
-    # test_y_channel=False: both are Y already (a one-channel image is not converted anyway)
-    return (calculate_psnr(y_u8, gt_y, crop_border=scale, input_order='HWC', test_y_channel=False),
-            calculate_ssim(y_u8, gt_y, crop_border=scale, input_order='HWC', test_y_channel=False))
 
 
 def evaluate_option(opt, device, overrides=(), limit=None):

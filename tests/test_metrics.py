@@ -99,3 +99,29 @@ def test_missing_scale_raises():
         calculate_data_fidelity(img, img)
     with pytest.raises(ValueError, match='scale'):
         calculate_metric({'img': img, 'img2': img}, {'type': 'calculate_data_fidelity'})
+
+
+# ------------------------------------------------------------------ y_uint8_metrics: the tables' protocol
+@pytest.mark.parametrize('name', ['astronaut', 'camera'])
+def test_y_uint8_psnr_matches_a_hand_computation(name):
+    """PSNR of the output's Y rounded to uint8 against the float Y of the uint8 HR, crop = scale, computed here
+    from the definition; noise-free, only the rounding remains (about 10 log10(255^2 * 12) = 58.9 dB)."""
+    from mcnet_basicsr.metrics import y_uint8_metrics
+    hr = hr_tensor(name, (64, 80))
+    gt_img = to_bgr_hwc(hr, uint8=True)
+    y_hr = y_of(hr)
+    crop = 3
+    noise = torch.from_numpy(np.random.default_rng(0).normal(0, 2 / 255, y_hr.shape))
+    for y, noisy in ((y_hr, False), (y_hr + noise, True)):
+        psnr, ssim = y_uint8_metrics(y, gt_img, crop)
+        diff = (torch.clamp(torch.round(y * 255.0), 0, 255) - y_hr * 255.0)[..., crop:-crop, crop:-crop]
+        assert psnr == pytest.approx(10 * math.log10(255.0 ** 2 / float(diff.pow(2).mean())), abs=1e-4)
+        assert (40 < psnr < 44) if noisy else (57 < psnr < 61)
+        assert 0 < ssim <= 1
+
+
+def test_y_uint8_metrics_takes_one_y_image():
+    from mcnet_basicsr.metrics import y_uint8_metrics
+    hr = hr_tensor('coffee', 16)
+    with pytest.raises(ValueError, match='1x1xHxW'):
+        y_uint8_metrics(hr, to_bgr_hwc(hr, uint8=True), 2)
