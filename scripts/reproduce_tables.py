@@ -293,8 +293,9 @@ def markdown(records, skipped, quick=False):
         rs = _cells(rgb, 'ssim_rgb_uint8', lambda v: f'{v:.4f}')
         md += ('\n## Table 2, secondary protocol: PSNR (dB) / SSIM with the RGB output rounded to uint8, '
                'crop = scale\n\n'
-               'What BasicSR\'s own validation and `mcnet_basicsr/test.py` print (`tensor2img` rounds RGB, the metric '
-               'takes Y in float; `psnr_rgb_uint8` in the records): 0.005-0.03 dB above the primary protocol.\n\n'
+               'What BasicSR\'s own metrics print in validation and `mcnet_basicsr/test.py` (`# psnr`; `tensor2img` '
+               'rounds RGB, the metric takes Y in float; `psnr_rgb_uint8` in the records): 0.005-0.03 dB above the '
+               'primary protocol, which an MCNet model\'s validation logs beside it as `psnr_y_uint8`.\n\n'
                + table({k: f'{rp[k]} / {rs[k]}' for k in rp}))
     md += ('\n## Table 1: data fidelity ||A x - b||_2 (Y in [0, 1]), max over the set (mean)\n\n' + table(fid_both))
     md += ('\n## Seconds per image (mean iterations; for MCNet, the share of images whose solve reached the '
