@@ -29,8 +29,8 @@ REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
 from atomic_io import write_json  # noqa: E402
-from evaluate import evaluate_option, in_repo_root  # noqa: E402
-from search_beta import SELECTION_SET, add_selection_arguments, check_set_items, load_cell  # noqa: E402
+from evaluate import check_set_items, evaluate_option, in_repo_root  # noqa: E402
+from search_beta import SELECTION_SET, add_selection_arguments, load_cell  # noqa: E402
 
 DEFAULT_OPTION = 'options/test_mcnet_srcnn_x{scale}.yml'
 

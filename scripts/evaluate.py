@@ -66,9 +66,17 @@ def in_repo_root():
     cwd = os.getcwd()
     os.chdir(REPO_ROOT)
     try:
-        yield cwd
+        yield
     finally:
         os.chdir(cwd)
+
+
+def check_set_items(parser, items):
+    """``--set KEY=VALUE`` arguments (this script's and those of the scripts built on it): a parser error for
+    an item without ``=``, before anything is evaluated."""
+    for item in items:
+        if '=' not in item:
+            parser.error(f'--set takes KEY=VALUE, got {item!r}')
 
 
 def set_by_path(opt, dotted, value):
@@ -194,6 +202,7 @@ def main(argv=None):
     parser.add_argument('--device', default='auto', choices=['auto', 'cpu', 'cuda'])
     parser.add_argument('--out', help='append records to this JSON list')
     args = parser.parse_args(argv)
+    check_set_items(parser, args.set)
     device = torch.device('cuda' if args.device == 'auto' and torch.cuda.is_available() else
                           ('cpu' if args.device == 'auto' else args.device))
     all_records = []
@@ -201,8 +210,6 @@ def main(argv=None):
         with open(path) as f:
             opt = yaml.safe_load(f)
         for item in args.set:
-            if '=' not in item:
-                parser.error(f'--set takes KEY=VALUE, got {item!r}')
             set_by_path(opt, *item.split('=', 1))
         if args.datasets:
             opt['datasets'] = {k: v for k, v in opt['datasets'].items() if v['name'] in args.datasets}

@@ -335,11 +335,12 @@ def main(argv=None):
     # option files name their inputs relative to the repository root: run from there (both modes, so that the
     # skip reasons of --from-json are those a fresh run would give)
     out_json, out_md, data_root = (osp.abspath(p) for p in (args.out_json, args.out_md, args.data_root))
-    with in_repo_root() as cwd:
-        if args.from_json:
+    from_json = [osp.abspath(p) for p in args.from_json or []]
+    with in_repo_root():
+        if from_json:
             records = []
-            for path in args.from_json:
-                with open(osp.join(cwd, path)) as f:
+            for path in from_json:
+                with open(path) as f:
                     records += json.load(f)
             skipped = rows_without_records(records, data_root)
         else:

@@ -31,7 +31,7 @@ from tqdm import tqdm
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
-from evaluate import evaluate_option, in_repo_root, set_by_path  # noqa: E402
+from evaluate import check_set_items, evaluate_option, in_repo_root, set_by_path  # noqa: E402
 from atomic_io import write_json  # noqa: E402
 from md_section import replace_section  # noqa: E402
 from reproduce_tables import _rebase, missing_inputs  # noqa: E402
@@ -87,12 +87,6 @@ def add_selection_arguments(parser):
     parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                         help='further option override, dotted path, YAML value (repeatable)')
     parser.add_argument('--out', help='write the JSON result here')
-
-
-def check_set_items(parser, items):
-    for item in items:
-        if '=' not in item:
-            parser.error(f'--set takes KEY=VALUE, got {item!r}')
 
 
 def best_per_scale(records):

@@ -133,9 +133,7 @@ def main(argv=None):
     denoiser = yaml.safe_load(args.denoiser)
     if not isinstance(denoiser, dict):
         parser.error(f'--denoiser must be a YAML mapping of DnCNN options, got {args.denoiser!r}')
-    for item in args.set:
-        if '=' not in item:
-            parser.error(f'--set takes KEY=VALUE, got {item!r}')
+    evaluate.check_set_items(parser, args.set)
     try:
         candidates = expand_candidates(args.checkpoints)
     except FileNotFoundError as err:
