@@ -10,4 +10,4 @@ mcnet_basicsr_hook.install_torchvision_alias()
 
 from .version import __version__  # noqa: E402,F401
 from . import ops, deq  # noqa: E402,F401  (plain torch: no registries)
-from . import archs, data, metrics, models  # noqa: E402,F401  (register into basicsr)
+from . import archs, data, losses, metrics, models  # noqa: E402,F401  (register into basicsr)

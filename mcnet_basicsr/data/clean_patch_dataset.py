@@ -72,10 +72,14 @@ class CleanPatchDataset(data.Dataset):
     def __len__(self):
         return len(self.paths)
 
+    def _open(self):
+        """Open the file client lazily: one LMDB environment per worker process."""
+        opt = dict(self.io_backend_opt)
+        self.file_client = FileClient(opt.pop('type'), **opt)
+
     def __getitem__(self, index):
-        if self.file_client is None:  # opened lazily: one LMDB environment per worker process
-            opt = dict(self.io_backend_opt)
-            self.file_client = FileClient(opt.pop('type'), **opt)
+        if self.file_client is None:
+            self._open()
         path = self.paths[index]
         img = imfrombytes(self.file_client.get(path, 'gt'), float32=True)  # HxWx3 BGR in [0, 1]
         if self.phase == 'train':

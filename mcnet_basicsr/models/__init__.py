@@ -1,13 +1,4 @@
-"""Import every `*_model.py` module of this folder so its classes register into BasicSR.
+"""Registers every `*_model.py` module of this folder into BasicSR (its registries scan only basicsr's folders)."""
+from mcnet_basicsr.utils.registration import import_modules
 
-BasicSR's own registries only scan basicsr's folders; plugins import their modules themselves
-(as Real-ESRGAN and HAT do).
-"""
-import importlib
-from os import path as osp
-
-from basicsr.utils import scandir
-
-_folder = osp.dirname(osp.abspath(__file__))
-_module_names = sorted(osp.splitext(osp.basename(v))[0] for v in scandir(_folder) if v.endswith('_model.py'))
-_modules = [importlib.import_module(f'{__name__}.{name}') for name in _module_names]
+_modules = import_modules(__name__, __file__, '_model')

@@ -36,6 +36,10 @@ class MCNetModel(SRModel):
       ``lr_beta`` to give ``beta`` its own learning rate, and ``type`` may be any torch.optim class;
     * the pixel loss is taken on Y (``train.loss_channel: y``, default), where MCNet works; the
       backbone's Cb/Cr carry no gradient and would only add a constant offset to an RGB loss;
+    * ``train.loss_crop_border`` (HR pixels, default 0) leaves a band along each edge of a training
+      patch out of the loss: a backbone run on a small patch is worse near its edges (zero padding
+      within its receptive field) than anywhere in a whole test image, and a layer trained on that
+      band learns to correct errors the test images do not have;
     * the log carries beta and the solver statistics (forward/backward iterations, residuals);
     * validation also logs the float data fidelity ``||A x - b||_2`` (mean and max over the set),
       computed before the output is quantised to uint8, and, where the set has ground truth, PSNR/SSIM
@@ -53,6 +57,10 @@ class MCNetModel(SRModel):
         self.loss_channel = self.opt['train'].get('loss_channel', 'y')
         if self.loss_channel not in ('y', 'rgb'):
             raise ValueError(f"train.loss_channel must be 'y' or 'rgb', got {self.loss_channel!r}.")
+        self.loss_crop_border = self.opt['train'].get('loss_crop_border', 0)
+        if isinstance(self.loss_crop_border, bool) or not isinstance(self.loss_crop_border, int) \
+                or self.loss_crop_border < 0:
+            raise ValueError(f'train.loss_crop_border must be an int >= 0 (HR pixels), got {self.loss_crop_border!r}.')
         if not self.opt['train'].get('pixel_opt'):
             raise ValueError('MCNetModel trains with a pixel loss: set train.pixel_opt (e.g. {type: MSELoss}).')
         super().init_training_settings()
@@ -86,6 +94,11 @@ class MCNetModel(SRModel):
         self.optimizers.append(self.optimizer_g)
 
     def _loss_view(self, img):
+        c = self.loss_crop_border
+        if c:
+            if min(img.shape[-2:]) <= 2 * c:
+                raise ValueError(f'train.loss_crop_border {c} leaves nothing of a {img.shape[-2]}x{img.shape[-1]} patch.')
+            img = img[..., c:-c, c:-c]
         if self.loss_channel == 'y' and img.shape[1] == 3:
             return rgb_to_ycbcr(img)[:, :1]
         return img

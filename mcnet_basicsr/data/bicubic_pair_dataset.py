@@ -1,0 +1,90 @@
+import random
+
+import numpy as np
+from basicsr.data.transforms import augment
+from basicsr.utils import imfrombytes, img2tensor
+from basicsr.utils.matlab_functions import imresize
+from basicsr.utils.registry import DATASET_REGISTRY
+
+from .clean_patch_dataset import CleanPatchDataset
+
+# a train image smaller than the crop is replaced by another one drawn at random, at most this often in a row
+_MAX_REDRAWS = 100
+
+
+def bicubic_lr_uint8(hr, scale):
+    """LR measurements as BasicSR's datasets are made: MATLAB ``imresize(hr, 1/scale)``, then ``im2uint8``.
+
+    Args:
+        hr (ndarray): HxWxC uint8 image, H and W multiples of ``scale``.
+        scale (int): Downscaling factor.
+
+    Returns:
+        ndarray: (H/scale)x(W/scale)xC uint8 (rounded half up, as MATLAB's ``im2uint8``).
+    """
+    if hr.dtype != np.uint8:
+        raise TypeError(f'bicubic_lr_uint8 takes a uint8 image, got {hr.dtype}.')
+    if hr.shape[0] % scale or hr.shape[1] % scale:
+        raise ValueError(f'image {hr.shape[0]}x{hr.shape[1]} is not a multiple of the scale {scale}: mod-crop it first.')
+    lr = imresize(hr.astype(np.float64) / 255., 1 / scale)
+    return np.clip(np.floor(lr * 255. + 0.5), 0, 255).astype(np.uint8)
+
+
+@DATASET_REGISTRY.register()
+class BicubicPairDataset(CleanPatchDataset):
+    """HR crops paired with LR made *from the crop itself* (MATLAB bicubic, uint8), for training MCNet.
+
+    Pairs cut from a whole LR image (BasicSR's ``PairedImageDataset`` on sub-image LMDBs) do not satisfy
+    the measurement model at the crop's edges: the LR pixels there were computed from HR pixels outside
+    the crop, while the operator ``A`` of the implicit layer sees only the crop (MATLAB's symmetric
+    padding at its edge). Forcing ``A x = b`` then distorts a band along every edge, a large share of a
+    small training patch, and the loss learns to fight that instead of the backbone's errors. Here every
+    pair satisfies ``b = round(A x)`` exactly, as whole test images do.
+
+    Train phase: a random ``gt_size`` crop (a multiple of ``scale``) of each HR image, flips and
+    rotations, then the LR. Images smaller than the crop are replaced by a randomly drawn other image.
+    Other phases: the whole image, mod-cropped to the scale. Returns
+    ``{'lq': (3, h, w), 'gt': (3, H, W), 'lq_path', 'gt_path'}``, RGB in [0, 1].
+
+    Args (``opt`` keys): those of :class:`CleanPatchDataset` (``dataroot_gt`` an HR folder or an HR
+    LMDB, ``io_backend``, ``gt_size``, ``use_hflip``, ``use_rot``; ``color`` must be 'rgb', the default
+    here) and ``scale`` (int), set by BasicSR from the option file's top-level ``scale``.
+    """
+
+    def __init__(self, opt):
+        opt = dict(opt)
+        opt.setdefault('color', 'rgb')
+        if opt['color'] != 'rgb':
+            raise ValueError(f"BicubicPairDataset makes RGB pairs (the backbone's input); got color {opt['color']!r}.")
+        super().__init__(opt)
+        self.scale = opt.get('scale')
+        if not isinstance(self.scale, int) or self.scale < 1:
+            raise ValueError(f'BicubicPairDataset {opt.get("name")}: scale must be a positive int, got {self.scale!r}.')
+        if self.phase == 'train' and self.gt_size % self.scale:
+            raise ValueError(f'BicubicPairDataset: gt_size {self.gt_size} is not a multiple of the scale {self.scale}.')
+
+    def _read_uint8(self, index):
+        path = self.paths[index]
+        img = imfrombytes(self.file_client.get(path, 'gt'), float32=False)  # HxWx3 BGR uint8
+        return path, img
+
+    def __getitem__(self, index):
+        if self.file_client is None:
+            self._open()
+        path, img = self._read_uint8(index)
+        if self.phase == 'train':
+            s = self.gt_size
+            for _ in range(_MAX_REDRAWS):
+                if img.shape[0] >= s and img.shape[1] >= s:
+                    break
+                path, img = self._read_uint8(random.randrange(len(self.paths)))
+            else:
+                raise ValueError(f'{self.gt_folder}: no image of at least {s}x{s} pixels found in {_MAX_REDRAWS} draws.')
+            top, left = random.randint(0, img.shape[0] - s), random.randint(0, img.shape[1] - s)
+            img = augment(img[top:top + s, left:left + s], self.opt.get('use_hflip', True), self.opt.get('use_rot', True))
+        else:
+            img = img[:img.shape[0] - img.shape[0] % self.scale, :img.shape[1] - img.shape[1] % self.scale]
+        img = np.ascontiguousarray(img)
+        lq = bicubic_lr_uint8(img, self.scale)
+        gt_t, lq_t = img2tensor([img.astype(np.float32) / 255., lq.astype(np.float32) / 255.], bgr2rgb=True, float32=True)
+        return {'lq': lq_t, 'gt': gt_t, 'lq_path': path, 'gt_path': path}

@@ -1,0 +1,125 @@
+"""IMDN and PAN backbones: the official key layouts, their structure, and the published PSNR with the official weights.
+
+The published-PSNR tests need ../shared (official weights and Set5/Set14) and are skipped without it.
+"""
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from basicsr.archs import build_network
+
+from conftest import shared_path
+from mcnet_basicsr.archs.imdn_arch import IMDN, _contrast
+from mcnet_basicsr.archs.pan_arch import PAN
+from mcnet_basicsr.data.bicubic_pair_dataset import bicubic_lr_uint8
+from mcnet_basicsr.metrics import y_uint8_metrics
+from mcnet_basicsr.utils import rgb_to_ycbcr
+
+# the authors' releases (../shared/weights/MANIFEST.md): parameter count and a few (name, shape) pairs per scale
+IMDN_RELEASE = {2: (92, {'upsampler.0.weight': (12, 64, 3, 3), 'c.0.weight': (64, 384, 1, 1),
+                         'IMDB6.c4.weight': (16, 48, 3, 3), 'IMDB1.cca.conv_du.0.weight': (4, 64, 1, 1)}),
+                4: (92, {'upsampler.0.weight': (48, 64, 3, 3)})}
+PAN_RELEASE = {2: (140, {'SCPA_trunk.15.conv3.weight': (40, 40, 1, 1), 'upconv1.weight': (24, 40, 3, 3),
+                         'SCPA_trunk.0.PAConv.k2.bias': (20, )}),
+               4: (146, {'upconv2.weight': (24, 24, 3, 3), 'att2.conv.weight': (24, 24, 1, 1)})}
+
+# published Y-PSNR (crop = scale) of the official weights, Set5 (x2, x3, x4): IMDN (Hui et al. 2019), PAN (Zhao
+# et al. 2020); the protocol here (MATLAB-bicubic uint8 LR, the output's Y rounded to uint8) must land within 0.03 dB
+PUBLISHED_SET5 = {'imdn': {2: 38.00, 3: 34.36, 4: 32.21}, 'pan': {2: 38.00, 3: 34.40, 4: 32.13}}
+
+
+@pytest.mark.parametrize('scale', [2, 4])
+def test_imdn_key_layout_matches_the_release(scale):
+    net = IMDN(upscale=scale)
+    state = net.state_dict()
+    count, shapes = IMDN_RELEASE[scale]
+    assert len(state) == count
+    for name, shape in shapes.items():
+        assert tuple(state[name].shape) == shape, name
+    if scale == 2:
+        assert sum(p.numel() for p in net.parameters()) == pytest.approx(694e3, rel=0.02)
+
+
+@pytest.mark.parametrize('scale', [2, 4])
+def test_pan_key_layout_matches_the_release(scale):
+    net = PAN(upscale=scale)
+    state = net.state_dict()
+    count, shapes = PAN_RELEASE[scale]
+    assert len(state) == count
+    for name, shape in shapes.items():
+        assert tuple(state[name].shape) == shape, name
+    if scale == 2:
+        assert sum(p.numel() for p in net.parameters()) == pytest.approx(261e3, rel=0.02)
+
+
+@pytest.mark.parametrize('cls, opts', [(IMDN, {}), (PAN, {})])
+@pytest.mark.parametrize('scale', [2, 3, 4])
+def test_registered_and_upscales(cls, opts, scale):
+    net = build_network({'type': cls.__name__, 'upscale': scale, **opts})
+    assert type(net) is cls
+    with torch.no_grad():
+        out = net(torch.rand(1, 3, 11, 7))
+    assert out.shape == (1, 3, 11 * scale, 7 * scale)
+
+
+def test_pan_adds_its_output_to_the_bilinear_upsampled_input():
+    torch.manual_seed(0)
+    net = PAN(upscale=3).eval()
+    x = torch.rand(1, 3, 9, 8)
+    with torch.no_grad():
+        net.conv_last.weight.zero_()
+        net.conv_last.bias.fill_(0.25)
+        out = net(x)
+    expected = F.interpolate(x, scale_factor=3, mode='bilinear', align_corners=False) + 0.25
+    torch.testing.assert_close(out, expected)
+
+
+def test_imdn_contrast_is_std_plus_mean_per_channel():
+    x = torch.rand(2, 5, 6, 7, dtype=torch.float64)
+    flat = x.flatten(2)
+    expected = flat.std(dim=2, unbiased=False) + flat.mean(dim=2)
+    torch.testing.assert_close(_contrast(x)[..., 0, 0], expected)
+
+
+def test_bad_scale_is_refused():
+    with pytest.raises(ValueError, match='2, 3 or 4'):
+        PAN(upscale=5)
+
+
+def _official(name, scale):
+    if name == 'imdn':
+        path = shared_path('weights', 'imdn_official', f'IMDN_x{scale}.pth')
+        state = {k[len('module.'):]: v for k, v in torch.load(path, map_location='cpu', weights_only=True).items()}
+        net = IMDN(upscale=scale)
+    else:
+        path = shared_path('weights', 'pan_official', f'PANx{scale}_DF2K.pth')
+        state = torch.load(path, map_location='cpu', weights_only=True)
+        net = PAN(upscale=scale)
+    net.load_state_dict(state, strict=True)
+    return net.eval()
+
+
+def _set5(scale):
+    import cv2
+    images = []
+    for path in sorted(shared_path('datasets', 'Set5', 'HR').glob('*.png')):
+        hr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        hr = hr[:hr.shape[0] - hr.shape[0] % scale, :hr.shape[1] - hr.shape[1] % scale]
+        images.append((hr, bicubic_lr_uint8(hr, scale)))
+    return images
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', ['imdn', 'pan'])
+@pytest.mark.parametrize('scale', [2, 3, 4])
+def test_official_weights_give_the_published_set5_psnr(name, scale):
+    net = _official(name, scale)
+    psnrs = []
+    for hr, lr in _set5(scale):
+        x = torch.from_numpy(np.ascontiguousarray(lr[:, :, ::-1])).permute(2, 0, 1)[None].float() / 255
+        with torch.no_grad():
+            y = rgb_to_ycbcr(net(x).double())[:, :1]
+        psnrs.append(y_uint8_metrics(y, hr, scale)[0])
+    assert np.mean(psnrs) == pytest.approx(PUBLISHED_SET5[name][scale], abs=0.03)
