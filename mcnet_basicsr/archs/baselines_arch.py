@@ -128,6 +128,7 @@ class PnPADMM(nn.Module):
     beta = 0.0
     # MCNet's pieces, used as they are: the ADMM map (with beta = 0) and the eps convention
     fixed_point_map = MCNetArch.fixed_point_map
+    denoise = MCNetArch.denoise
     consistency_radius = MCNetArch.consistency_radius
 
     def __init__(self, operator, denoiser=None, denoiser_path=None, iterations=30, rho=1.0, eps=None, eps_rms=None):

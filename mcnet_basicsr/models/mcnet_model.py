@@ -8,6 +8,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mcnet_basicsr.metrics import y_uint8_metrics
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
+from mcnet_basicsr.utils.precision import tf32
 
 
 def build_optimizer(optim_type, params, lr, **kwargs):
@@ -92,11 +93,14 @@ class MCNetModel(SRModel):
 
     def optimize_parameters(self, current_iter):
         self.optimizer_g.zero_grad()
-        self.output = self.net_g(self.lq)
-        loss_dict = OrderedDict()
-        l_pix = self.cri_pix(self._loss_view(self.output), self._loss_view(self.gt))
-        loss_dict['l_pix'] = l_pix
-        l_pix.backward()
+        # the arch scopes TF32 to its forward; the implicit backward solve runs in l_pix.backward(), so the whole
+        # step runs under the arch's setting
+        with tf32(self.get_bare_model(self.net_g).allow_tf32):
+            self.output = self.net_g(self.lq)
+            loss_dict = OrderedDict()
+            l_pix = self.cri_pix(self._loss_view(self.output), self._loss_view(self.gt))
+            loss_dict['l_pix'] = l_pix
+            l_pix.backward()
         self.optimizer_g.step()
         self.log_dict = self.reduce_loss_dict(loss_dict)
         self.log_dict.update(self._solver_log())
