@@ -11,7 +11,7 @@ before any test set is looked at. ``scripts/search_beta.py`` grids the initial b
         --grid 0.7 0.8 0.85 0.9 1.0 1.15 1.3 --out calibrate_beta_x4.json --save-best /tmp/mcnet_srcnn_x4.pth
 
 Protocol and solver are those of ``options/test_mcnet_srcnn_x<scale>.yml`` through
-``scripts/evaluate.py`` (change them with ``--set``). ``--out`` writes {"checkpoint", "option",
+``mcnet_basicsr.evaluation`` (change them with ``--set``). ``--out`` writes {"checkpoint", "option",
 "dataset", "learned_beta", "grid", "records", "best"}; each record is an ``evaluate_option`` record
 plus ``beta_factor`` and ``beta``. ``--save-best`` writes the input checkpoint with ``log_beta``
 shifted by log(best factor) (``params`` only; the factor 1.0 gives the input back unchanged).

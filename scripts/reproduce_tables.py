@@ -1,19 +1,19 @@
 """Run the rows of the paper's Table 2 (PSNR/SSIM) and Table 1 (data fidelity) that this project has.
 
-Every row is a BasicSR test option file evaluated by ``scripts/evaluate.py``'s ``evaluate_option``
-under the project protocol (see that script). Rows whose option file, weights or data are missing
+Every row is a BasicSR test option file evaluated by ``mcnet_basicsr.evaluation.evaluate_option``
+under the project protocol (see that module). Rows whose option file, weights or data are missing
 are reported as skipped, with the reason. Writes a JSON list of records and a markdown file with
 the tables (the paper's numbers are not included: we do not have them reliably).
 
     python scripts/reproduce_tables.py                 # all rows, x2/x3/x4, Set5 + Set14, GPU if present
     python scripts/reproduce_tables.py --quick         # smoke run: first Set5 image, x2, CPU, loose solvers
-    python scripts/reproduce_tables.py --out-json docs/results.json --out-md docs/results_tables.md
+    python scripts/reproduce_tables.py --from-json docs/records/results.json   # the tables from the records
 
 Record keys: method (bicubic | pnp | backbone | tvtv | mcnet), backbone (none | srcnn | rdn | rcan),
 scale, dataset, psnr, ssim, fidelity (max ||Ax - b||_2 over the set, Y in [0, 1], float output),
 seconds_per_image, iterations (mean; null for non-iterative rows), plus fidelity_mean, images,
 option, device, overrides, and for MCNet iterations_max, converged (fraction of images whose solve reached
-the tolerance) and residual_max (see scripts/evaluate.py).
+the tolerance) and residual_max (see mcnet_basicsr.evaluation).
 """
 import argparse
 import json

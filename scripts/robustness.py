@@ -2,8 +2,8 @@
 
 The uint8 LR images ``b`` of one prepared set (default Set5 x2) are perturbed, deterministically
 (seeded per perturbation and image), written as PNG into a temporary data root, and each option file
-of a pair (backbone, MCNet + backbone) is evaluated on them by ``scripts/evaluate.py``'s
-``evaluate_option`` with the ground truth unchanged (``HR_mod<s>``). Perturbations:
+of a pair (backbone, MCNet + backbone) is evaluated on them by
+``mcnet_basicsr.evaluation.evaluate_option`` with the ground truth unchanged (``HR_mod<s>``). Perturbations:
 
     none      the prepared LR (MATLAB bicubic of the mod-cropped HR, rounded to uint8)
     noise1/2/5  + Gaussian noise of std 1, 2, 5 (on 0..255) on every RGB value, rounded, clipped
@@ -24,7 +24,7 @@ distance to b. A number instead (``--eps-rms 0.002``) adds that variant on every
 
     python scripts/robustness.py                      # Set5 x2; SRCNN, RCAN, RCAN_compact pairs; GPU if present
     python scripts/robustness.py --quick              # first image, CPU, loose MCNet solver
-    python scripts/robustness.py --out docs/robustness.json --out-md docs/results.md
+    python scripts/robustness.py --out docs/records/robustness.json --out-md docs/results.md
 
 Pairs whose option files, weights or data are missing are reported as skipped, with the reason.
 ``--out`` writes {"dataset", "scale", "seed", "quick", "perturbations", "records", "skipped"};

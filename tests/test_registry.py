@@ -29,7 +29,7 @@ sys.path.insert(0, {str(REPO_ROOT)!r})
 import mcnet_basicsr_hook
 mcnet_basicsr_hook.install_torchvision_alias()
 import basicsr.archs, basicsr.models, basicsr.metrics
-from basicsr.utils.registry import ARCH_REGISTRY
+from basicsr.utils.registry import ARCH_REGISTRY, METRIC_REGISTRY, MODEL_REGISTRY
 names = [(ARCH_REGISTRY, n) for n in {ARCHS!r}] + [(MODEL_REGISTRY, 'MCNetModel'),
                                                    (METRIC_REGISTRY, 'calculate_data_fidelity')]
 before = [n for r, n in names if n in r]
