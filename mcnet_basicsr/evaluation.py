@@ -32,7 +32,7 @@ from tqdm import tqdm
 from mcnet_basicsr.metrics import y_uint8_metrics
 from mcnet_basicsr.ops import build_operator
 from mcnet_basicsr.utils.checkpoint import load_network
-from mcnet_basicsr.utils.color import rgb_to_ycbcr
+from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr
 from mcnet_basicsr.utils.images import IMG_EXT, read_rgb
 
 METHODS = {'MCNetArch': 'mcnet', 'Bicubic': 'bicubic', 'PnPADMM': 'pnp', 'TVTV': 'tvtv'}
@@ -149,8 +149,7 @@ def evaluate_option(opt, device, overrides=(), limit=None):
             if device.type == 'cuda':
                 torch.cuda.synchronize()
             secs.append(time.perf_counter() - t0)
-            y = rgb_to_ycbcr(out.double())[:, :1] if out.shape[1] == 3 else out.double()
-            b = rgb_to_ycbcr(lq.double())[:, :1]
+            y, b = luma(out.double()), luma(lq.double())
             fids.append(float(op.residual_norm(y, b)[0]))
             eps_i = float(eps_rms) * b[0, 0].numel() ** 0.5 if eps_rms else float(eps_abs or 0.0)
             if eps_i > 0:

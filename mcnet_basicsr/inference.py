@@ -54,7 +54,7 @@ from .deq import SolverConfig
 from .ops import imresize
 from .pretrained import BACKBONES, build_pretrained_mcnet, default_eps_rms
 from .utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
-from .utils.color import rgb_to_ycbcr, ycbcr_to_rgb
+from .utils.color import luma, ycbcr_to_rgb
 from .utils.figure import compose_figure, to_u8_bgr
 from .utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_gt, read_gt, read_image, split_image,
                                 to_array, write_atomic)
@@ -294,7 +294,7 @@ def super_resolve(model, colour, tile=None):
         raise ValueError(f'gray image: the {type(model.backbone).__name__} backbone takes RGB input; '
                          'use --backbone srcnn for gray images')
     lr = colour.float()
-    b = rgb_to_ycbcr(colour)[:, :1] if colour.shape[1] == 3 else colour  # float64, as forward() passes it
+    b = luma(colour)  # float64, as forward() passes it
     n_tiles = len(list(tiles(h, w, tile))) if needs_tiling(lr, tile) else 1
     with torch.no_grad():  # the arch's own pieces, as its forward runs them (tiles included)
         w_y, cbcr = model.backbone_estimate(lr, tile)
@@ -310,7 +310,7 @@ def super_resolve(model, colour, tile=None):
 def fidelity(model, img, b):
     """||A Y(img) - b||_2 in float64, Y in [0, 1]."""
     img = img.double()
-    y = rgb_to_ycbcr(img)[:, :1] if img.shape[1] == 3 else img
+    y = luma(img)
     return float(model.operator.residual_norm(y, b.double())[0])
 
 

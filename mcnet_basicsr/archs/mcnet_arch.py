@@ -10,7 +10,7 @@ from torch import nn
 from mcnet_basicsr.deq import SolverConfig, implicit_fixed_point
 from mcnet_basicsr.ops import build_operator, eps_from_rms, imresize
 from mcnet_basicsr.utils.checkpoint import load_network
-from mcnet_basicsr.utils.color import rgb_to_ycbcr, ycbcr_to_rgb
+from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
 from mcnet_basicsr.utils.precision import tf32
 from mcnet_basicsr.utils.tiling import apply_tiled, mcnet_tile_overlaps, needs_tiling
 
@@ -325,7 +325,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         with tf32(self.allow_tf32):
             w, cbcr = self.backbone_estimate(lr, self.tile)
             lr64 = lr.double()
-            b = rgb_to_ycbcr(lr64)[:, :1] if lr.shape[1] == 3 else lr64
+            b = luma(lr64)
             x = self.solve(w, b, self.tile)
         if cbcr is None:
             return x

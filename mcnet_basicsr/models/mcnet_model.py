@@ -7,7 +7,7 @@ from basicsr.utils.registry import MODEL_REGISTRY
 from torch.nn.parallel import DistributedDataParallel
 
 from mcnet_basicsr.metrics import y_uint8_metrics
-from mcnet_basicsr.utils.color import rgb_to_ycbcr
+from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr
 from mcnet_basicsr.utils.precision import tf32
 
 
@@ -131,8 +131,7 @@ class MCNetModel(SRModel):
         net = self.net_g_ema if hasattr(self, 'net_g_ema') else self.get_bare_model(self.net_g)
         # Y in float64, as scripts/evaluate.py takes it for the tables
         lq, out = self.lq.double(), self.output.double()
-        b = rgb_to_ycbcr(lq)[:, :1] if lq.shape[1] == 3 else lq
-        x = rgb_to_ycbcr(out)[:, :1] if out.shape[1] == 3 else out
+        b, x = luma(lq), luma(out)
         fidelity = net.operator.residual_norm(x, b)
         if hasattr(self, '_val_fidelity'):
             self._val_fidelity.extend(fidelity.tolist())
