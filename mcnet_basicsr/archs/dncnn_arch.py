@@ -1,4 +1,3 @@
-import contextlib
 import math
 
 import torch
@@ -6,21 +5,16 @@ import torch.nn.functional as F
 from basicsr.utils.registry import ARCH_REGISTRY
 from torch import nn
 
+from mcnet_basicsr.utils.checkpoint import read_checkpoint, strip_key_prefix
+from mcnet_basicsr.utils.precision import num_threads
 
-@contextlib.contextmanager
+
+# The exact spectral-norm estimate is hundreds of tiny (64 x 64) eigenproblems: threading them gains nothing (4.0 s
+# on one thread vs 5.2 s on two for a DnCNN17, measured on a 2-core machine), and where several trainings share a
+# host, each process's default of one thread per core oversubscribes it so badly that the estimates stalled training
+# for minutes (seen on a 16-core GPU host with 2 to 7 trainings). It runs on one thread, restored afterwards.
 def _one_cpu_thread():
-    """Run the enclosed CPU work on one intra-op thread.
-
-    The exact estimate is hundreds of tiny (64 x 64) eigenproblems: threading them gains nothing (4.0 s
-    on one thread vs 5.2 s on two for a DnCNN17, measured on a 2-core machine), and where several
-    trainings share a host, each process's default of one thread per core oversubscribes it so badly
-    that the estimates stalled training for minutes (seen on a 16-core GPU host with 2 to 7 trainings)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    return num_threads(1)
 
 
 class _SpectralNormConv2d(nn.Conv2d):
@@ -329,10 +323,9 @@ def convert_dncnn_state_dict(state_dict):
             state_dict = state_dict[key]
             break
     out = {}
-    for k, v in state_dict.items():
+    for k, v in strip_key_prefix(state_dict, 'module.').items():
         if not torch.is_tensor(v):
             continue
-        k = k.replace('module.', '', 1) if k.startswith('module.') else k
         idx = k.find('dncnn.')
         if idx < 0:
             continue
@@ -349,8 +342,7 @@ def convert_dncnn_state_dict(state_dict):
 
 def load_dncnn(net, path):
     """Load a DnCNN checkpoint of any layout :func:`convert_dncnn_state_dict` knows, strictly."""
-    state = torch.load(path, map_location='cpu', weights_only=False)
-    sd = convert_dncnn_state_dict(state)
+    sd = convert_dncnn_state_dict(read_checkpoint(path))
     # Check names and shapes first: a different depth moves the last conv to another index, and
     # load_state_dict would stop at that size mismatch with a RuntimeError that names neither depth.
     own = net.state_dict()
