@@ -8,6 +8,9 @@ Kinds (``convert_weights(kind, ...)``; ``python scripts/convert_weights.py --typ
                 (sfe1/rdbs/gff/upscale/output) state dict -> RDN
     rcan        official RCAN (yulunzhang/RCAN, EDSR-PyTorch: head/body/tail, e.g. RCAN_BIX2.pt)
                 -> basicsr's RCAN (conv_first/body.<g>.residual_group/.../conv_last)
+    imdn        official IMDN (Zheng222/IMDN, IMDN_x<s>.pth, ``module.`` keys) -> IMDN, written as imdn_x<s>.pth
+    pan         official PAN (zhaohengyuan1/PAN, PANx<s>_DF2K.pth) -> PAN, written as pan_x<s>.pth; the scale
+                comes from the file name (x2 and x3 weights have the same shapes)
 
 Adding a kind is one function ``path -> (state_dict, net, options)`` and one entry in :data:`CONVERTERS`.
 Every converted state dict is loaded into its arch with ``strict=True`` before anything is written; nothing
@@ -22,6 +25,8 @@ from pathlib import Path
 import torch
 from basicsr.archs.rcan_arch import RCAN
 
+from mcnet_basicsr.archs.imdn_arch import IMDN
+from mcnet_basicsr.archs.pan_arch import PAN
 from mcnet_basicsr.archs.rdn_arch import RDN, convert_rdn_state_dict
 from mcnet_basicsr.archs.srcnn_arch import SRCNN, convert_srcnn_mat, srcnn_options_from_state_dict
 from mcnet_basicsr.utils.checkpoint import CheckpointError, load_state_dict, strip_key_prefix
@@ -185,13 +190,57 @@ def convert_rcan_file(path):
     return {k: v.float().contiguous() for k, v in state_dict.items()}, RCAN(**options), options
 
 
+def _indices(state_dict, pattern):
+    return {int(m.group(1)) for m in (re.match(pattern, k) for k in state_dict) if m}
+
+
+def convert_imdn_file(path):
+    state_dict = read_state_dict(path)  # 'module.' removed
+    try:
+        num_feat, num_in_ch = state_dict['fea_conv.weight'].shape[:2]
+        up_ch = state_dict['upsampler.0.weight'].shape[0]
+    except KeyError as err:
+        raise ConversionError(f'{path}: not an IMDN state dict ({err} missing).') from err
+    num_out_ch = 3 if up_ch % 3 == 0 else 1
+    options = dict(num_in_ch=num_in_ch, num_out_ch=num_out_ch, num_feat=num_feat,
+                   num_block=len(_indices(state_dict, r'^IMDB(\d+)\.')), upscale=round((up_ch // num_out_ch)**0.5))
+    return {k: v.float().contiguous() for k, v in state_dict.items()}, IMDN(**options), options
+
+
+def scale_from_name(path):
+    """The scale an official release names in its file name (``..._x2.pth``, ``PANx3_...``)."""
+    found = re.findall(r'x([234])(?![0-9])', osp.basename(path).lower())
+    if len(set(found)) != 1:
+        raise ConversionError(f'{path}: cannot read the scale from the file name (expected one of x2, x3, x4 in it, '
+                              'as the official releases name them).')
+    return int(found[0])
+
+
+def convert_pan_file(path):
+    state_dict = read_state_dict(path)
+    try:
+        num_feat, num_in_ch = state_dict['conv_first.weight'].shape[:2]
+        num_feat_up = state_dict['upconv1.weight'].shape[0]
+        num_out_ch = state_dict['conv_last.weight'].shape[0]
+    except KeyError as err:
+        raise ConversionError(f'{path}: not a PAN state dict ({err} missing).') from err
+    scale = 4 if 'upconv2.weight' in state_dict else scale_from_name(path)
+    if scale == 4 and 'upconv2.weight' not in state_dict:
+        raise ConversionError(f'{path}: named x4 but has one upsampling stage (x2 or x3 weights).')
+    options = dict(num_in_ch=num_in_ch, num_out_ch=num_out_ch, num_feat=num_feat, num_feat_up=num_feat_up,
+                   num_block=len(_indices(state_dict, r'^SCPA_trunk\.(\d+)\.')), upscale=scale)
+    return {k: v.float().contiguous() for k, v in state_dict.items()}, PAN(**options), options
+
+
 CONVERTERS = {'srcnn_mat': convert_srcnn_mat_file, 'srcnn_pth': convert_srcnn_pth_file, 'rdn': convert_rdn_file,
-              'rcan': convert_rcan_file}
+              'rcan': convert_rcan_file, 'imdn': convert_imdn_file, 'pan': convert_pan_file}
 
 
 def output_name(kind, path):
     """Default output file name: the input's stem (srcnn_pth: plus its folder, TORCH/ and PIL/ share stems)."""
     stem = osp.splitext(osp.basename(path))[0]
+    if kind in ('imdn', 'pan'):  # the names the option files read: imdn_x2.pth, pan_x4.pth
+        return f'{kind}_x{scale_from_name(path)}.pth'
     if kind == 'srcnn_pth':
         stem = f'{stem}_{osp.basename(osp.dirname(osp.abspath(path))).lower()}'
     return stem + '.pth'

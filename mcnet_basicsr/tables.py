@@ -35,12 +35,21 @@ ROWS = (
     ('backbone', 'rcan', 'ours-compact', 'options/test_rcan_compact_x{s}.yml'),
     ('tvtv', 'rcan', 'ours-compact', 'options/test_tvtv_rcan_compact_x{s}.yml'),
     ('mcnet', 'rcan', 'ours-compact', 'options/test_mcnet_rcan_compact_x{s}.yml'),
+    ('backbone', 'imdn', 'official', 'options/test_imdn_x{s}.yml'),
+    ('tvtv', 'imdn', 'official', 'options/test_tvtv_imdn_x{s}.yml'),
+    ('mcnet', 'imdn', 'official', 'options/test_mcnet_imdn_x{s}.yml'),
+    ('backbone', 'pan', 'official', 'options/test_pan_x{s}.yml'),
+    ('tvtv', 'pan', 'official', 'options/test_tvtv_pan_x{s}.yml'),
+    ('mcnet', 'pan', 'official', 'options/test_mcnet_pan_x{s}.yml'),
 )
 
 # The paper-derived targets for MCNet + official SRCNN (the tables' protocol, Y quantised to uint8, under which the
 # official SRCNN gives the literature's 36.66 / 32.75 / 30.48):
 # per cell the larger of the paper's MCNet+SRCNN value and our SRCNN plus the paper's MCNet gain.
 TARGETS = {('mcnet', 'srcnn', 'Set5'): (37.23, 33.44, 31.22), ('mcnet', 'srcnn', 'Set14'): (32.90, 29.66, 27.98)}
+# MCNet's gain over a strong backbone that the authors claim (their training logs: +0.08 dB for RDN/RCAN at x2 on
+# Set5, +0.05 at x3, +0.01..+0.02 at x4), per scale x2/x3/x4; other non-SRCNN backbones are held to +0.05 everywhere
+STRONG_BACKBONE_GAIN = {'imdn': (0.05, 0.02, 0.02), 'pan': (0.05, 0.02, 0.02)}
 # Set5 x2/x3/x4 figures of the literature that tie the protocol to it (bicubic and the official SRCNN 9-5-5), each
 # +-0.02; checked under both uint8 protocols (only the primary must hold)
 LITERATURE_SET5 = {('bicubic', 'none', '-'): (33.66, 30.39, 28.42),
@@ -56,7 +65,7 @@ ROW_LABELS = {
 def row_label(method, backbone, weights='official'):
     if (method, backbone, weights) in ROW_LABELS:
         return ROW_LABELS[(method, backbone, weights)]
-    name = {'srcnn': 'SRCNN', 'rdn': 'RDN', 'rcan': 'RCAN'}.get(backbone, backbone)
+    name = {'srcnn': 'SRCNN', 'rdn': 'RDN', 'rcan': 'RCAN', 'imdn': 'IMDN', 'pan': 'PAN'}.get(backbone, backbone)
     if weights == 'ours-compact':
         name += ' (ours, compact)'
     return {'backbone': name, 'tvtv': f'TV-TV + {name}', 'mcnet': f'MCNet + {name}', 'pnp': 'PnP-ADMM'}[method]
@@ -86,7 +95,9 @@ def acceptance(records):
             other = by.get((cm, cb, cw, d, s))
             if other is not None:
                 diff = r['psnr'] - other['psnr']
-                need = 0.05 if (cm == 'backbone' and b != 'srcnn') else 0.0
+                need = 0.0
+                if cm == 'backbone' and b != 'srcnn':
+                    need = STRONG_BACKBONE_GAIN[b][s - 2] if b in STRONG_BACKBONE_GAIN else 0.05
                 ok = diff >= need
                 lines.append(f"{'PASS' if ok else 'FAIL'} {row_label(m, b, w)} - {row_label(cm, cb, cw)} on {d} x{s}: "
                              f"{diff:+.3f} dB (need >= {need:+.2f})")

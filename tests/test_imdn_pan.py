@@ -123,3 +123,41 @@ def test_official_weights_give_the_published_set5_psnr(name, scale):
             y = rgb_to_ycbcr(net(x).double())[:, :1]
         psnrs.append(y_uint8_metrics(y, hr, scale)[0])
     assert np.mean(psnrs) == pytest.approx(PUBLISHED_SET5[name][scale], abs=0.03)
+
+
+@pytest.mark.parametrize('kind, files', [('imdn', ['IMDN_x2.pth', 'IMDN_x3.pth', 'IMDN_x4.pth']),
+                                         ('pan', ['PANx2_DF2K.pth', 'PANx3_DF2K.pth', 'PANx4_DF2K.pth'])])
+def test_convert_official_weights_into_what_the_option_files_read(kind, files, tmp_path):
+    from mcnet_basicsr.convert import convert_weights
+    folder = shared_path('weights', f'{kind}_official')
+    written = convert_weights(kind, [folder / f for f in files], tmp_path)
+    assert [p.name for p in written] == [f'{kind}_x{s}.pth' for s in (2, 3, 4)]
+    for scale, path in zip((2, 3, 4), written):
+        net = build_network({'type': kind.upper(), 'upscale': scale})
+        net.load_state_dict(torch.load(path, weights_only=True)['params'], strict=True)
+
+
+def test_pan_scale_must_be_readable_from_the_file_name(tmp_path):
+    from mcnet_basicsr.convert import ConversionError, convert_weights
+    path = tmp_path / 'pan_weights.pth'
+    torch.save(PAN(upscale=2).state_dict(), path)
+    with pytest.raises(ConversionError, match='cannot read the scale from the file name'):
+        convert_weights('pan', path, tmp_path / 'out')
+    renamed = tmp_path / 'PANx3_mine.pth'
+    path.rename(renamed)
+    assert convert_weights('pan', renamed, tmp_path / 'out')[0].name == 'pan_x3.pth'
+
+
+def test_a_layer_records_its_backbone_and_scale():
+    def layer(backbone, scale):
+        return build_network({'type': 'MCNetArch', 'backbone': {'type': backbone, 'upscale': scale},
+                              'operator': {'type': 'bicubic', 'scale': scale}})
+
+    state = layer('IMDN', 4).state_dict()
+    assert bytes(state['_extra_state'].tolist()).decode().strip() == 'IMDN x4'
+    layer('IMDN', 4).load_state_dict(state, strict=True)
+    for backbone, scale in (('PAN', 4), ('IMDN', 3)):
+        with pytest.raises(ValueError, match=f'trained on IMDN x4; it is being loaded on {backbone} x{scale}'):
+            layer(backbone, scale).load_state_dict(state, strict=True)
+    # layers saved before the record existed load, unchecked
+    layer('PAN', 4).load_state_dict({k: v for k, v in state.items() if k != '_extra_state'}, strict=True)

@@ -16,6 +16,7 @@ from mcnet_basicsr.utils.tiling import apply_tiled, mcnet_tile_overlaps, needs_t
 
 from .dncnn_arch import DnCNN, load_dncnn
 
+_RECORD_BYTES = 32  # length of the backbone-and-scale record saved with a layer
 _DTYPES = {None: None, 'fp32': None, 'float32': None, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16,
            'fp16': torch.float16, 'float16': torch.float16}
 
@@ -254,6 +255,30 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             return out, imresize(ycbcr_lr[:, 1:], self.scale)
         ycbcr = rgb_to_ycbcr(out)
         return ycbcr[:, :1], ycbcr[:, 1:]
+
+    # ------------------------------------------------------------------ checkpoints
+    def trained_for(self):
+        """What a saved layer records of the backbone and scale it belongs to, e.g. 'IMDN x4'."""
+        return f'{type(self.backbone).__name__} x{self.scale}'
+
+    def get_extra_state(self):
+        # a fixed-length uint8 tensor, not a string: BasicSR moves every state-dict entry with .cpu() when saving
+        return torch.tensor(list(self.trained_for().encode().ljust(_RECORD_BYTES)[:_RECORD_BYTES]), dtype=torch.uint8)
+
+    def set_extra_state(self, state):
+        trained = bytes(state.tolist()).decode(errors='replace').strip()
+        if trained != self.trained_for():
+            raise ValueError(f'This MCNet layer was trained on {trained}; it is being loaded on {self.trained_for()}. '
+                             'A layer learns the errors of one backbone at one scale: use the layer trained for '
+                             'this backbone and scale.')
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        # layers saved before the record existed load unchecked
+        if prefix + '_extra_state' in missing_keys:
+            missing_keys.remove(prefix + '_extra_state')
 
     def tile_overlaps(self):
         """Overlaps in LR pixels (backbone, denoiser) of exact tiles (see ``tile``)."""
