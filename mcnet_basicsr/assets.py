@@ -18,6 +18,7 @@ Writes are atomic (a temporary file in the destination folder, renamed when veri
 already present with the right checksum is skipped, and nothing is replaced without ``force``.
 """
 import hashlib
+import http.client
 import os
 import os.path as osp
 import shutil
@@ -192,7 +193,12 @@ def download(url, target, desc=None):
             while True:
                 try:
                     block = response.read(CHUNK)
-                except Exception as err:  # noqa: BLE001  (http.client raises several kinds for a cut connection)
+                except http.client.IncompleteRead as err:  # closed before Content-Length: checked below
+                    block = err.partial
+                    out.write(block)
+                    received += len(block)
+                    break
+                except (OSError, http.client.HTTPException) as err:  # reset, timeout, protocol error
                     raise AssetError(f'{url}: transfer interrupted after {received} bytes ({type(err).__name__})') \
                         from None
                 if not block:
