@@ -54,6 +54,7 @@ from tqdm import tqdm
 
 from .ops import imresize
 from .pretrained import BACKBONES, build_pretrained_mcnet, default_eps_rms
+from .utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
 from .utils.color import rgb_to_ycbcr, ycbcr_to_rgb
 
 SCALES = (2, 3, 4)
@@ -260,38 +261,21 @@ def _one_line(text, limit=300):
     return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
-def _load_checkpoint(path, what):
-    try:
-        return torch.load(path, map_location='cpu', weights_only=True)
-    except Exception as err:  # pickle, zip and I/O errors all mean the same here
-        raise UsageError(f'{path}: {what} is not a readable PyTorch checkpoint ({_one_line(err, 120)})') from None
-
-
 def load_layer_weights(model, path, scale):
     """Load an MCNet layer checkpoint strictly, with a one-line error for anything that does not fit."""
-    ckpt = _load_checkpoint(path, 'layer checkpoint')
+    try:
+        ckpt = read_checkpoint(path)
+    except CheckpointError as err:
+        raise UsageError(f'layer {err}') from None
     _check_scale(path, 'the layer checkpoint', scale, ckpt)
-    state = ckpt
-    if isinstance(ckpt, dict):
-        for key in ('params', 'params_ema'):
-            if isinstance(ckpt.get(key), dict):
-                state = ckpt[key]
-                break
-    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
-        raise UsageError(f'{path}: not an MCNet layer checkpoint (expected a BasicSR {{"params": state_dict}} file)')
-    state = {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
-    own = model.state_dict()
-    missing = [k for k in own if k not in state]
-    unexpected = [k for k in state if k not in own]
-    shapes = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
-    if missing or unexpected or shapes:
-
-        def few(keys):
-            return ', '.join(keys[:3]) + (f' (+{len(keys) - 3} more)' if len(keys) > 3 else '')
-
-        parts = [f'{name}: {few(keys)}' for name, keys in (('missing keys', missing), ('unexpected keys', unexpected),
-                                                         ('shape mismatch', shapes)) if keys]
-        raise UsageError(f'{path}: not an MCNet layer checkpoint for this model ({"; ".join(parts)})')
+    try:
+        state = select_state_dict(ckpt, ('params', 'params_ema'), source=path)
+    except CheckpointError:
+        raise UsageError(f'{path}: not an MCNet layer checkpoint (expected a BasicSR {{"params": state_dict}} file)') \
+            from None
+    mismatch = state_dict_mismatch(model, state)
+    if mismatch:
+        raise UsageError(f'{path}: not an MCNet layer checkpoint for this model ({mismatch})')
     model.load_state_dict(state, strict=True)
 
 
@@ -309,7 +293,10 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
         return _MODEL_CACHE[key]
     if backbone_path is not None:
         _check_scale(backbone_path, 'the backbone checkpoint', scale)
-        _load_checkpoint(backbone_path, 'backbone checkpoint')  # readable at all? (clear message)
+        try:  # readable at all? (a clearer message than the arch's)
+            read_checkpoint(backbone_path)
+        except CheckpointError as err:
+            raise UsageError(f'backbone {err}') from None
     try:
         model = build_pretrained_mcnet(scale, device='cpu', backbone_path=backbone_path, backbone=backbone)
     except FileNotFoundError as err:

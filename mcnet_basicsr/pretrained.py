@@ -12,11 +12,11 @@
 """
 import os.path as osp
 
-import torch
 from basicsr.archs import build_network
 
 from .archs.mcnet_arch import MCNetArch
 from .ops import QUANTIZATION_EPS_RMS
+from .utils.checkpoint import load_network
 
 WEIGHTS_DIR = osp.join(osp.dirname(osp.abspath(__file__)), 'weights')
 SCALES = (2, 3, 4)
@@ -60,8 +60,7 @@ def build_pretrained_srcnn(scale, device='cpu'):
     """Our SRCNN at ``scale`` as an RGB LR -> RGB HR network (Y by SRCNN, CbCr bicubic)."""
     _check_scale(scale)
     net = build_network(dict(srcnn_options(scale), scale=scale))
-    state = torch.load(weight_path(f'srcnn_x{scale}.pth'), map_location='cpu')['params']
-    net.load_state_dict(state, strict=True)
+    load_network(net, weight_path(f'srcnn_x{scale}.pth'))
     return net.eval().to(device)
 
 
@@ -71,7 +70,7 @@ def build_pretrained_backbone(name, scale, device='cpu'):
         return build_pretrained_srcnn(scale, device)
     _check_scale(scale)
     net = build_network(compact_backbone_options(name, scale))
-    net.load_state_dict(torch.load(weight_path(f'{name}_x{scale}.pth'), map_location='cpu')['params'], strict=True)
+    load_network(net, weight_path(f'{name}_x{scale}.pth'))
     return net.eval().to(device)
 
 
@@ -101,6 +100,5 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         eps=eps,
         eps_rms=eps_rms,
         solver={'forward': dict({'tol': 1e-4, 'max_iter': 100}, **(solver or {}))})
-    state = torch.load(weight_path(f'mcnet_{backbone}_x{scale}.pth'), map_location='cpu')['params']
-    net.load_state_dict(state, strict=True)
+    load_network(net, weight_path(f'mcnet_{backbone}_x{scale}.pth'))
     return net.eval().to(device)

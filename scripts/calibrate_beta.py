@@ -31,15 +31,15 @@ sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
 from atomic_io import write_json  # noqa: E402
 from evaluate import check_set_items, evaluate_option, in_repo_root  # noqa: E402
 from search_beta import SELECTION_SET, add_selection_arguments, load_cell  # noqa: E402
+from mcnet_basicsr.utils.checkpoint import load_state_dict  # noqa: E402
 
 DEFAULT_OPTION = 'options/test_mcnet_srcnn_x{scale}.yml'
 
 
 def read_layer(path, param_key='params'):
     """The layer's state dict (``params`` of a BasicSR checkpoint, or a bare state dict)."""
-    ckpt = torch.load(path, map_location='cpu', weights_only=True)
-    state = ckpt.get(param_key, ckpt) if isinstance(ckpt, dict) else None
-    if not isinstance(state, dict) or 'log_beta' not in state:
+    state = load_state_dict(path, param_key)
+    if 'log_beta' not in state:
         raise ValueError(f'{path}: no MCNet layer with a log_beta entry (under "{param_key}" or at the top level)')
     return state
 

@@ -51,6 +51,7 @@ from basicsr.utils import img2tensor, tensor2img  # noqa: E402
 
 from mcnet_basicsr.metrics import y_uint8_metrics  # noqa: E402
 from mcnet_basicsr.ops import build_operator  # noqa: E402
+from mcnet_basicsr.utils.checkpoint import load_network  # noqa: E402
 from mcnet_basicsr.utils.color import rgb_to_ycbcr  # noqa: E402
 
 IMG_EXT = ('.png', '.bmp', '.jpg', '.jpeg', '.tif', '.tiff')
@@ -108,11 +109,7 @@ def load_weights(net, path_opt):
     path = path_opt.get('pretrain_network_g')
     if not path:
         return
-    state = torch.load(path, map_location='cpu', weights_only=False)
-    key = path_opt.get('param_key_g', 'params')
-    if key in state:
-        state = state[key]
-    net.load_state_dict(state, strict=path_opt.get('strict_load_g', True))
+    load_network(net, path, path_opt.get('param_key_g', 'params'), strict=path_opt.get('strict_load_g', True))
 
 
 def read_rgb(path):

@@ -2,7 +2,6 @@
 
 The Set5 tests need ../shared (reference weights and images) and are skipped without it.
 """
-import importlib.util
 from pathlib import Path
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
@@ -37,10 +36,8 @@ def device():
 
 @pytest.fixture(scope='module')
 def convert_weights():
-    spec = importlib.util.spec_from_file_location('convert_weights', REPO / 'scripts' / 'convert_weights.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from mcnet_basicsr import convert
+    return convert
 
 
 # ----------------------------------------------------------------------------------------------- colour
@@ -256,19 +253,20 @@ def test_convert_script_rdn(tmp_path, convert_weights):
     src = tmp_path / 'rdn_official.pt'
     torch.save(official, src)
     out_dir = tmp_path / 'out'
-    (target, ) = convert_weights.convert('rdn', [str(src)], str(out_dir))
+    (target, ) = convert_weights.convert_weights('rdn', [str(src)], str(out_dir))
     params = torch.load(target)['params']
     net = RDN(**cfg)
     net.load_state_dict(params, strict=True)
     torch.testing.assert_close(params['output.weight'], official['UPNet.2.weight'], atol=0, rtol=0)
     with pytest.raises(convert_weights.ConversionError, match='--force'):
-        convert_weights.convert('rdn', [str(src)], str(out_dir))
-    convert_weights.convert('rdn', [str(src)], str(out_dir), force=True)
+        convert_weights.convert_weights('rdn', [str(src)], str(out_dir))
+    convert_weights.convert_weights('rdn', [str(src)], str(out_dir), force=True)
     with pytest.raises(convert_weights.ConversionError, match='not found'):
-        convert_weights.convert('rdn', [str(tmp_path / 'missing.pt')], str(out_dir))
+        convert_weights.convert_weights('rdn', [str(tmp_path / 'missing.pt')], str(out_dir))
     with pytest.raises(convert_weights.ConversionError, match='Unknown --type'):
-        convert_weights.convert('edsr', [str(src)], str(out_dir))
-    assert convert_weights.main(['--type', 'srcnn_pth', str(src), '--out-dir', str(tmp_path / 'x')]) == 1
+        convert_weights.convert_weights('edsr', [str(src)], str(out_dir))
+    with pytest.raises(convert_weights.ConversionError, match='not an SRCNN state dict'):
+        convert_weights.convert_weights('srcnn_pth', src, tmp_path / 'x')
 
 
 # ----------------------------------------------------------------------------------------------- RCAN (official layout)
@@ -355,12 +353,12 @@ def test_convert_official_rcan_matches_its_forward(scale, convert_weights):
 def test_convert_script_rcan(tmp_path, convert_weights):
     src = tmp_path / 'RCAN_BIX2.pt'
     torch.save(official_rcan_state_dict(dict(n_feats=8, n_resgroups=2, n_resblocks=3, reduction=4, scale=2), 1), src)
-    (target, ) = convert_weights.convert('rcan', [str(src)], str(tmp_path / 'out'), names=['RCAN_BIX2'])
-    assert target.endswith('RCAN_BIX2.pth') and 'conv_after_body.weight' in torch.load(target)['params']
+    (target, ) = convert_weights.convert_weights('rcan', [str(src)], str(tmp_path / 'out'), name='RCAN_BIX2')
+    assert target.name == 'RCAN_BIX2.pth' and 'conv_after_body.weight' in torch.load(target)['params']
     with pytest.raises(convert_weights.ConversionError, match='not an official RCAN'):
         bad = tmp_path / 'rdn.pt'
         torch.save({'SFENet1.weight': torch.zeros(1)}, bad)
-        convert_weights.convert('rcan', [str(bad)], str(tmp_path / 'out2'))
+        convert_weights.convert_weights('rcan', [str(bad)], str(tmp_path / 'out2'))
 
 
 # ----------------------------------------------------------------------------------------------- Set5 (../shared)
@@ -399,7 +397,8 @@ def official_srcnn_checkpoints(tmp_path_factory, convert_weights):
     if not (SHARED / 'weights').is_dir():
         pytest.skip(f'reference weights not found under {SHARED}')
     out_dir = tmp_path_factory.mktemp('pretrained_models')
-    paths = convert_weights.convert('srcnn_mat', convert_weights.DEFAULT_INPUTS['srcnn_mat'], str(out_dir))
+    mats = [SHARED / 'weights' / 'srcnn_official_mat' / f'srcnn_955_imagenet_x{s}.mat' for s in (2, 3, 4)]
+    paths = convert_weights.convert_weights('srcnn_mat', mats, out_dir)
     return {s: path for s, path in zip((2, 3, 4), paths)}
 
 
@@ -452,7 +451,7 @@ REG_MCNET_SRCNN_X2 = {'TORCH': 34.541, 'PIL': 36.687}
 @torch.no_grad()
 def test_mcnet_authors_srcnn_x2(kind, tmp_path, convert_weights):
     src = SHARED / 'weights' / 'sr_mcnet_official' / 'srcnn_t91' / kind / 'srcnn_x2.pth'
-    (target, ) = convert_weights.convert('srcnn_pth', [str(src)], str(tmp_path))
+    (target, ) = convert_weights.convert_weights('srcnn_pth', [str(src)], str(tmp_path))
     assert Path(target).name == f'srcnn_x2_{kind.lower()}.pth'
     net = build_network({'type': 'SRCNN', 'padding_mode': 'zeros'}).eval()
     net.load_state_dict(torch.load(target)['params'], strict=True)

@@ -22,9 +22,9 @@ import torch
 import yaml
 
 from conftest import REPO_ROOT, shared_path
+from mcnet_basicsr.convert import convert_weights
 
 sys.path.insert(0, str(REPO_ROOT / 'scripts'))
-import convert_weights  # noqa: E402
 import evaluate  # noqa: E402
 
 IMAGE = 'butterfly.png'
@@ -48,8 +48,8 @@ def one_image_set5(tmp_path_factory):
         for sub in (f'HR_mod{s}', f'LR_bicubic/X{s}'):
             (tmp / 'one' / 'Set5' / sub).mkdir(parents=True)
             shutil.copy(tmp / 'all' / 'Set5' / sub / IMAGE, tmp / 'one' / 'Set5' / sub / IMAGE)
-    paths = convert_weights.convert('srcnn_mat', convert_weights.DEFAULT_INPUTS['srcnn_mat'],
-                                    str(tmp / 'pretrained_models'))
+    mats = [shared_path('weights', 'srcnn_official_mat', f'srcnn_955_imagenet_x{s}.mat') for s in (2, 3, 4)]
+    paths = [str(p) for p in convert_weights('srcnn_mat', mats, tmp / 'pretrained_models')]
     return tmp / 'one', dict(zip((2, 3, 4), paths))
 
 

@@ -6,6 +6,8 @@ import torch.nn.functional as F
 from basicsr.utils.registry import ARCH_REGISTRY
 from torch import nn
 
+from mcnet_basicsr.utils.checkpoint import read_checkpoint, strip_key_prefix
+
 
 @contextlib.contextmanager
 def _one_cpu_thread():
@@ -329,10 +331,9 @@ def convert_dncnn_state_dict(state_dict):
             state_dict = state_dict[key]
             break
     out = {}
-    for k, v in state_dict.items():
+    for k, v in strip_key_prefix(state_dict, 'module.').items():
         if not torch.is_tensor(v):
             continue
-        k = k.replace('module.', '', 1) if k.startswith('module.') else k
         idx = k.find('dncnn.')
         if idx < 0:
             continue
@@ -349,8 +350,7 @@ def convert_dncnn_state_dict(state_dict):
 
 def load_dncnn(net, path):
     """Load a DnCNN checkpoint of any layout :func:`convert_dncnn_state_dict` knows, strictly."""
-    state = torch.load(path, map_location='cpu', weights_only=False)
-    sd = convert_dncnn_state_dict(state)
+    sd = convert_dncnn_state_dict(read_checkpoint(path))
     # Check names and shapes first: a different depth moves the last conv to another index, and
     # load_state_dict would stop at that size mismatch with a RuntimeError that names neither depth.
     own = net.state_dict()

@@ -9,24 +9,13 @@ from torch import nn
 
 from mcnet_basicsr.deq import SolverConfig, implicit_fixed_point
 from mcnet_basicsr.ops import build_operator, eps_from_rms, imresize
+from mcnet_basicsr.utils.checkpoint import load_network
 from mcnet_basicsr.utils.color import rgb_to_ycbcr, ycbcr_to_rgb
 
 from .dncnn_arch import DnCNN, load_dncnn
 
 _DTYPES = {None: None, 'fp32': None, 'float32': None, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16,
            'fp16': torch.float16, 'float16': torch.float16}
-
-
-def load_backbone_weights(net, path, param_key='params', strict=True):
-    """Load a BasicSR-style checkpoint (``{param_key: state_dict}``) or a bare state dict."""
-    state = torch.load(path, map_location='cpu', weights_only=False)
-    if isinstance(state, dict) and param_key is not None and param_key in state:
-        state = state[param_key]
-    elif isinstance(state, dict) and param_key is not None and any(isinstance(v, dict) for v in state.values()):
-        raise KeyError(f'{path}: no key {param_key!r} (backbone_param_key); top-level keys: {list(state)}.')
-    state = {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
-    net.load_state_dict(state, strict=strict)
-    return net
 
 
 class _Frozen:
@@ -69,7 +58,7 @@ def build_frozen_backbone(backbone, backbone_path=None, param_key='params', owne
     """Build a backbone from ``network_g``-style options, load it, freeze it (eval, no grad): a :class:`_Frozen`."""
     net = build_network(deepcopy(backbone))
     if backbone_path is not None:
-        load_backbone_weights(net, backbone_path, param_key)
+        load_network(net, backbone_path, param_key)
     else:
         get_root_logger().warning(f'{owner}: no backbone_path given; the backbone keeps its initial weights.')
     net.eval()

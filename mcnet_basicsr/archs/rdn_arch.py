@@ -4,6 +4,8 @@ import torch
 from basicsr.utils.registry import ARCH_REGISTRY
 from torch import nn
 
+from mcnet_basicsr.utils.checkpoint import strip_key_prefix
+
 
 class _DenseLayer(nn.Module):
     """3x3 conv + ReLU whose output is concatenated to its input (growth channels)."""
@@ -139,7 +141,7 @@ def convert_rdn_state_dict(state_dict):
     Raises:
         KeyError: For a key that is not part of the official layout.
     """
-    state_dict = {(k[len('module.'):] if k.startswith('module.') else k): v for k, v in state_dict.items()}
+    state_dict = strip_key_prefix(state_dict, 'module.')
     up_indices = sorted({int(m.group(1)) for m in map(_UPNET.match, state_dict) if m})
     if not up_indices:
         raise KeyError('No UPNet.* keys: this is not an official RDN state dict.')
