@@ -46,7 +46,7 @@ skipped, whatever would start after that many seconds):
 
 ``--quick`` runs every section on CPU with tiny inputs and few iterations (for the tests). Data:
 ``<data-root>/<Set>/HR_mod<s>`` and ``LR_bicubic/X<s>`` (scripts/prepare_datasets.py), else made on
-the fly from ``<shared-root>/<Set>/HR``. The markdown section lands between
+the fly from ``<hr-root>/<Set>/HR``. The markdown section lands between
 ``<!-- benchmark:begin -->`` and ``<!-- benchmark:end -->`` in ``--out-md``; the rest of the file is kept.
 A configuration that fails is recorded with its error and the run goes on.
 """
@@ -734,8 +734,9 @@ def parse_args(argv=None):
     p.add_argument('--quick', action='store_true', help='CPU, tiny inputs, few iterations (tests)')
     p.add_argument('--device', default='auto', choices=['auto', 'cpu', 'cuda'])
     p.add_argument('--data-root', default=osp.join(ROOT, 'datasets'))
-    p.add_argument('--shared-root', default=osp.join(ROOT, osp.pardir, 'shared', 'datasets'),
-                   help='HR images <shared-root>/<Set>/HR, used when --data-root lacks a set')
+    p.add_argument('--hr-root', '--shared-root', dest='shared_root', default=osp.join(ROOT, 'datasets'),
+                   help='HR images <hr-root>/<Set>/HR (scripts/fetch_assets.py puts them in datasets/), used when '
+                   '--data-root lacks a prepared set')
     p.add_argument('--datasets', nargs='+', default=['Set5', 'Set14'])
     p.add_argument('--scales', nargs='+', type=int, default=[2, 4])
     p.add_argument('--configs', nargs='+', default=None, dest='configs_given', choices=list(CONFIGS),

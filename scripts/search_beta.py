@@ -39,8 +39,8 @@ from reproduce_tables import _rebase, missing_inputs  # noqa: E402
 SELECTION_SET = 'Set5'
 DEFAULT_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 DEFAULT_OPTION = 'options/test_mcnet_srcnn_x{scale}.yml'
-# the authors' DnCNN6 (sigma 0.00625-0.0125) that the training option files start from
-DEFAULT_DENOISER = '../shared/weights/sr_mcnet_official/dncnn6_realsn_relu/sigma_0.00625_0.01250.pth'
+# the authors' DnCNN6 (sigma 0.00625-0.0125): scripts/fetch_assets.py dncnn6_authors
+DEFAULT_DENOISER = 'experiments/pretrained_models/dncnn6_authors_sigma_0.00625_0.01250.pth'
 MD_SECTION = 'search_beta'
 
 

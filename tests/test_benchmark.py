@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, SHARED
 
 SCRIPT = REPO_ROOT / 'scripts' / 'benchmark.py'
 
@@ -21,14 +21,15 @@ def bench():
 
 
 def test_quick_run_writes_json_and_replaces_only_its_markdown_section(tmp_path):
-    if not (REPO_ROOT / 'datasets' / 'Set5').is_dir() and not (REPO_ROOT.parent / 'shared' / 'datasets').is_dir():
-        pytest.skip('needs datasets/Set5 (scripts/prepare_datasets.py) or ../shared/datasets')
+    hr_root = REPO_ROOT / 'datasets' if (REPO_ROOT / 'datasets' / 'Set5').is_dir() else SHARED / 'datasets'
+    if not (hr_root / 'Set5').is_dir():
+        pytest.skip('needs datasets/Set5 (scripts/fetch_assets.py Set5) or ../shared/datasets')
     md = tmp_path / 'benchmarks.md'
     md.write_text('# Benchmarks\n\n## Operators\n\nkeep me\n\n<!-- benchmark:begin -->\nOLD\n<!-- benchmark:end -->\n'
                   '\n## Later section\n\nkeep me too\n')
     out = tmp_path / 'bench.json'
     cmd = [sys.executable, str(SCRIPT), '--quick', '--threads', '1', '--scales', '2', '--datasets', 'Set5',
-           '--out-json', str(out), '--out-md', str(md)]
+           '--hr-root', str(hr_root), '--out-json', str(out), '--out-md', str(md)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 

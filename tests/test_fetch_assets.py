@@ -262,3 +262,20 @@ def test_nothing_in_the_product_reads_the_shared_folder():
             if '../shared' in line:
                 hits.append(f'{path.relative_to(REPO_ROOT)}:{no}')
     assert not hits, hits
+
+
+@pytest.mark.skipif(not (SHARED / 'weights' / 'srcnn_official_mat').exists(),
+                    reason='needs ../shared/weights beside the repository (the local copy --from reads); absent here')
+def test_from_shared_converts_the_official_srcnn(tmp_path):
+    """srcnn_955_imagenet: the .mat files are verified, then converted once into what the option files read."""
+    import torch
+    lines = []
+    assert fetch(['srcnn_955_imagenet'], root=tmp_path, mirror=SHARED, log=lines.append) == []
+    out = tmp_path / 'experiments' / 'pretrained_models'
+    converted = [out / f'srcnn_955_imagenet_x{s}.pth' for s in (2, 3, 4)]
+    state = torch.load(converted[0], map_location='cpu', weights_only=True)['params']
+    assert state['conv1.weight'].shape == (64, 1, 9, 9) and state['conv3.weight'].shape == (1, 32, 5, 5)
+    stamps = [p.stat().st_mtime_ns for p in converted]
+    assert fetch(['srcnn_955_imagenet'], root=tmp_path, mirror=SHARED, log=lines.append) == []
+    assert [p.stat().st_mtime_ns for p in converted] == stamps, 'a second run converted again'
+    assert not any('converted' in line for line in lines[2:])
