@@ -335,3 +335,106 @@ def fetch(names=None, root='.', mirror=None, base_url=None, force=False, manifes
 def missing_outputs(asset, root):
     """The asset's outputs (see :meth:`Asset.outputs`) that are not under ``root``."""
     return [p for p in asset.outputs() if not (Path(root) / p).exists()]
+
+
+# ------------------------------------------------------------------------------------ option files
+def option_inputs(opt):
+    """[(key, path)] of the files and folders an option dict reads: data roots, backbone / denoiser / network weights."""
+    found = []
+    for ds_key, ds in (opt.get('datasets') or {}).items():
+        for key in ('dataroot_gt', 'dataroot_lq'):
+            if isinstance(ds, dict) and ds.get(key):
+                found.append((f'datasets.{ds_key}.{key}', str(ds[key])))
+    net = opt.get('network_g') or {}
+    for key in ('backbone_path', 'denoiser_path'):
+        if net.get(key):
+            found.append((f'network_g.{key}', str(net[key])))
+    path_opt = opt.get('path') or {}
+    if path_opt.get('pretrain_network_g'):
+        found.append(('path.pretrain_network_g', str(path_opt['pretrain_network_g'])))
+    return found
+
+
+def how_to_make(path, manifest=None):
+    """The command that makes ``path`` (as an option file names it), or a sentence saying where it comes from."""
+    import re
+    parts = Path(path).as_posix().split('/')
+    manifest = load_manifest() if manifest is None else manifest
+    for asset in manifest.values():
+        if path in asset.outputs():
+            return f'python scripts/fetch_assets.py {asset.name}'
+    datasets = {a.name for a in manifest.values() if a.kind == 'dataset'}
+    if len(parts) >= 3 and parts[0] == 'datasets' and set(parts[1].split('_')) <= datasets:
+        names = parts[1].split('_')
+        fetch_cmd = '' if all(Path('datasets', n, 'HR').is_dir() for n in names) else \
+            f'python scripts/fetch_assets.py {" ".join(names)} && '
+        lmdb = re.fullmatch(r'.*_sub_x(\d+)\.lmdb', parts[-1])
+        folder = re.fullmatch(r'(?:HR_mod|X)(\d+)', parts[-1])
+        if lmdb:
+            return f'{fetch_cmd}python scripts/prepare_datasets.py --eval-sets --train-sets {"+".join(names)} ' \
+                   f'--scales {lmdb.group(1)}'
+        if folder:
+            return f'{fetch_cmd}python scripts/prepare_datasets.py --eval-sets {parts[1]} --train-sets ' \
+                   f'--scales {folder.group(1)}'
+        return f'{fetch_cmd}python scripts/prepare_datasets.py'
+    stem = Path(path).stem
+    if Path('options', f'train_{stem}.yml').is_file():
+        return f'python mcnet_basicsr/train.py -opt options/train_{stem}.yml trains it'
+    if parts[0] == 'experiments' and 'pretrained_models' in parts:
+        return 'convert your copy of the official weights with python scripts/convert_weights.py (see the option ' \
+               "file's header)"
+    return 'no command in this repository makes it'
+
+
+def missing_option_inputs(opt):
+    """[(key, path, how to make it)] for the inputs of ``opt`` (see :func:`option_inputs`) that do not exist."""
+    missing = [(key, path) for key, path in option_inputs(opt) if not osp.exists(path)]
+    if not missing:
+        return []
+    manifest = load_manifest()
+    return [(key, path, how_to_make(path, manifest)) for key, path in missing]
+
+
+def _apply_force_yml(opt, items):
+    """BasicSR's ``--force_yml key:sub=value`` overrides, so the check sees the paths BasicSR will use."""
+    import yaml
+    for item in items or ():
+        keys, _, value = item.partition('=')
+        *parents, last = keys.strip().split(':')
+        node = opt
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node[last] = yaml.safe_load(value.strip())
+
+
+def check_option_file_inputs(argv):
+    """Exit with one line per missing input (path, option key, the command that makes it) when the option file
+    that a BasicSR-style command line ``argv`` names (``-opt FILE [--force_yml ...]``) reads missing files.
+
+    Runs before BasicSR builds anything, so a fresh clone gets a sentence instead of a traceback from deep in a
+    data loader. An option file that cannot be read is left to BasicSR's own error.
+    """
+    import argparse
+    import yaml
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument('-opt')
+    parser.add_argument('--force_yml', nargs='+', default=None)
+    args, _ = parser.parse_known_args(argv)
+    if not args.opt or not osp.isfile(args.opt):
+        return
+    with open(args.opt, encoding='utf-8') as f:
+        opt = yaml.safe_load(f)
+    if not isinstance(opt, dict):
+        return
+    _apply_force_yml(opt, args.force_yml)
+    exit_if_inputs_missing(opt, args.opt)
+
+
+def exit_if_inputs_missing(opt, label):
+    """Print ``error: <label>: <path> (<key>) is missing; <command>`` per missing input and exit(2), if any."""
+    missing = missing_option_inputs(opt)
+    for key, path, how in missing:
+        print(f'error: {label}: {path} ({key}) is missing; {how}', file=sys.stderr)
+    if missing:
+        sys.exit(2)

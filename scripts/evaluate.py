@@ -49,6 +49,7 @@ from basicsr.archs import build_network  # noqa: E402
 from basicsr.metrics import calculate_psnr, calculate_ssim  # noqa: E402
 from basicsr.utils import img2tensor, tensor2img  # noqa: E402
 
+from mcnet_basicsr.assets import exit_if_inputs_missing  # noqa: E402
 from mcnet_basicsr.metrics import y_uint8_metrics  # noqa: E402
 from mcnet_basicsr.ops import build_operator  # noqa: E402
 from mcnet_basicsr.utils.checkpoint import load_network  # noqa: E402
@@ -202,7 +203,7 @@ def main(argv=None):
     check_set_items(parser, args.set)
     device = torch.device('cuda' if args.device == 'auto' and torch.cuda.is_available() else
                           ('cpu' if args.device == 'auto' else args.device))
-    all_records = []
+    opts = []
     for path in args.opt:
         with open(path) as f:
             opt = yaml.safe_load(f)
@@ -210,6 +211,10 @@ def main(argv=None):
             set_by_path(opt, *item.split('=', 1))
         if args.datasets:
             opt['datasets'] = {k: v for k, v in opt['datasets'].items() if v['name'] in args.datasets}
+        exit_if_inputs_missing(opt, path)  # every file checked before the first (long) evaluation
+        opts.append(opt)
+    all_records = []
+    for opt in opts:
         records = evaluate_option(opt, device, args.set, args.limit)
         for r in records:
             print(f"{r['option']:28s} {r['dataset']:6s} x{r['scale']}  PSNR {r['psnr']:.3f}  SSIM {r['ssim']:.4f}  "
