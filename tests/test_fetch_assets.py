@@ -279,3 +279,16 @@ def test_from_shared_converts_the_official_srcnn(tmp_path):
     assert fetch(['srcnn_955_imagenet'], root=tmp_path, mirror=SHARED, log=lines.append) == []
     assert [p.stat().st_mtime_ns for p in converted] == stamps, 'a second run converted again'
     assert not any('converted' in line for line in lines[2:])
+
+
+def test_readme_says_where_data_and_weights_come_from():
+    """The README's data section names the two commands, every asset of the manifest with its source repository,
+    and a CPU-only torch install pinned like the main set-up command."""
+    readme = (REPO_ROOT / 'README.md').read_text()
+    section = readme.split('## Data and weights', 1)[1].split('\n## ', 1)[0]
+    assert '    python scripts/fetch_assets.py ' in section and '    python scripts/prepare_datasets.py ' in section
+    for asset in load_manifest().values():
+        row = next((line for line in section.splitlines() if f'`{asset.name}`' in line), None)
+        assert row is not None and asset.repo in row, asset.name
+    main_pins = re.search(r'pip install (torch==\S+ torchvision==\S+) &&', readme).group(1)
+    assert f'    pip install {main_pins} --index-url https://download.pytorch.org/whl/cpu' in readme
