@@ -339,7 +339,8 @@ def missing_outputs(asset, root):
 
 # ------------------------------------------------------------------------------------ option files
 def option_inputs(opt):
-    """[(key, path)] of the files and folders an option dict reads: data roots, backbone / denoiser / network weights."""
+    """[(key, path)] of the files and folders an option dict reads: data roots, backbone / denoiser / network
+    weights."""
     found = []
     for ds_key, ds in (opt.get('datasets') or {}).items():
         for key in ('dataroot_gt', 'dataroot_lq'):

@@ -53,7 +53,7 @@ def main(argv=None):
         print(f'error: {err}', file=sys.stderr)
         return 2
     if failures:
-        print(f'{len(failures)} file(s) failed (see the error lines above); run again to retry them', file=sys.stderr)
+        print(f'{len(failures)} error(s), see above; running the command again retries what failed', file=sys.stderr)
         return 1
     return 0
 

@@ -53,7 +53,8 @@ def test_how_to_make(tmp_path, monkeypatch):
     (tmp_path / 'datasets' / 'Set14' / 'HR').mkdir(parents=True)  # HR images there: only the preparation is left
     assert how_to_make('datasets/Set14/LR_bicubic/X2') == \
         'python scripts/prepare_datasets.py --eval-sets Set14 --train-sets --scales 2'
-    assert how_to_make('experiments/pretrained_models/DnCNN_noise15.pth') == 'python scripts/fetch_assets.py dncnn17_ryu'
+    assert how_to_make('experiments/pretrained_models/DnCNN_noise15.pth') == \
+        'python scripts/fetch_assets.py dncnn17_ryu'
     assert how_to_make('experiments/pretrained_models/RCAN_BIX2.pth').startswith('convert your copy')
-    assert missing_option_inputs({'network_g': {'denoiser_path': str(tmp_path)}, 'path': {'pretrain_network_g': None}}) \
-        == []
+    present = {'network_g': {'denoiser_path': str(tmp_path)}, 'path': {'pretrain_network_g': None}}
+    assert missing_option_inputs(present) == []
