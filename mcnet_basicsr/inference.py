@@ -55,16 +55,19 @@ import cv2
 import numpy as np
 import torch
 from basicsr.metrics import calculate_psnr
-from torch import nn
 from tqdm import tqdm
 
+from .deq import SolverConfig
 from .ops import imresize
 from .pretrained import BACKBONES, build_pretrained_mcnet, default_eps_rms
 from .utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
-from .utils.color import rgb_to_ycbcr, ycbcr_to_rgb
+from .utils.color import luma, ycbcr_to_rgb
+from .utils.figure import compose_figure, to_u8_bgr
+from .utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_gt, read_gt, read_image, split_image,
+                                to_array, write_atomic)
+from .utils.tiling import global_ops, needs_tiling, tiles
 
 SCALES = (2, 3, 4)
-IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff')
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
 MIN_TILE = 8  # smallest --tile (LR pixels)
 BACKBONE_NAMES = {'srcnn': 'SRCNN', 'rcan_compact': 'compact RCAN', 'rdn_compact': 'compact RDN'}
@@ -75,10 +78,6 @@ SUMMARY_FIELDS = ('run', 'input', 'status', 'error', 'output', 'compare', 'in_h'
 
 class UsageError(Exception):
     """A problem with the options or the models: nothing can be processed."""
-
-
-class ImageError(Exception):
-    """A problem with one image: reported, the other images go on."""
 
 
 # ---------------------------------------------------------------------------------------- options
@@ -109,9 +108,11 @@ def build_parser():
     p.add_argument('--eps-rms', type=float, default=None, metavar='X',
                    help='consistency radius per LR pixel, eps = X * sqrt(#LR pixels) (default: what the layer was '
                    'trained with: 0, i.e. exact, for srcnn; 1/255/sqrt(12) for the compact backbones)')
-    p.add_argument('--iters', type=int, default=100, metavar='N', help='maximum solver iterations (default 100)')
-    p.add_argument('--tol', type=float, default=1e-4, metavar='T',
-                   help='relative fixed-point residual at which the solver stops (default 1e-4)')
+    fast = SolverConfig.preset('fast')  # the CLI's solver: the 'fast' preset, single keys overridden
+    p.add_argument('--iters', type=int, default=fast.max_iter, metavar='N',
+                   help=f'maximum solver iterations (default {fast.max_iter})')
+    p.add_argument('--tol', type=float, default=fast.tol, metavar='T',
+                   help=f'relative fixed-point residual at which the solver stops (default {fast.tol:g})')
     p.add_argument('--device', default='auto', choices=('auto', 'cpu', 'cuda'), help='default: cuda if available')
     p.add_argument('--no-cuda-graph', action='store_true',
                    help='on CUDA, run the solver iterations eagerly instead of replaying them from CUDA graphs '
@@ -193,62 +194,8 @@ def collect_inputs(specs):
     return found
 
 
-def read_image(path):
-    """(array HxW or HxWxC as stored by OpenCV: BGR/BGRA, uint8 or uint16)."""
-    if not osp.isfile(path):
-        raise ImageError('not a file')
-    try:
-        data = np.fromfile(path, dtype=np.uint8)
-    except OSError as err:
-        raise ImageError(f'cannot read: {err.strerror or err}') from None
-    if data.size == 0:
-        raise ImageError('empty file (0 bytes)')
-    img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
-    if img is None:
-        raise ImageError('not a readable image (PNG/JPEG/BMP/TIFF expected)')
-    if img.dtype not in (np.uint8, np.uint16):
-        raise ImageError(f'unsupported sample type {img.dtype} (8- or 16-bit integer images only)')
-    if img.ndim == 3 and img.shape[2] == 1:
-        img = img[:, :, 0]
-    if img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] not in (2, 3, 4)):
-        raise ImageError(f'unsupported image layout {img.shape}')
-    if img.shape[0] == 0 or img.shape[1] == 0:
-        raise ImageError('zero-size image')
-    return img
-
-
-def split_image(img):
-    """-> (colour float64 NCHW tensor in [0, 1] (RGB or gray), alpha float64 (1,1,h,w) or None, peak value)."""
-    peak = 65535.0 if img.dtype == np.uint16 else 255.0
-    arr = img.astype(np.float64) / peak
-    alpha = None
-    if arr.ndim == 2:
-        colour = arr[None]
-    elif arr.shape[2] == 2:  # gray + alpha
-        colour, alpha = arr[None, :, :, 0], arr[:, :, 1]
-    else:
-        colour = arr[:, :, 2::-1].transpose(2, 0, 1)  # BGR(A) -> RGB
-        alpha = arr[:, :, 3] if arr.shape[2] == 4 else None
-    colour = torch.from_numpy(np.ascontiguousarray(colour))[None]
-    if alpha is not None:
-        alpha = torch.from_numpy(np.ascontiguousarray(alpha))[None, None]
-    return colour, alpha, peak
-
-
-def to_array(colour, alpha, peak):
-    """Float NCHW (RGB or gray) [+ alpha] -> clipped, rounded HxW[xC] array in OpenCV channel order."""
-    dtype = np.uint16 if peak > 255 else np.uint8
-    chans = colour[0].clamp(0, 1).cpu().numpy()
-    planes = [chans[0]] if chans.shape[0] == 1 else [chans[2], chans[1], chans[0]]
-    if alpha is not None:
-        planes.append(alpha[0, 0].clamp(0, 1).cpu().numpy())
-    arr = np.stack(planes, axis=-1) if len(planes) > 1 else planes[0]
-    return np.rint(arr * peak).astype(dtype)
-
-
 # ---------------------------------------------------------------------------------------- models
 _SCALE_IN_NAME = re.compile(r'(?<![a-z0-9])x([1-9])(?![0-9])')
-_MODEL_CACHE = {}  # in-process: the first solve of a model estimates its spectral norms (seconds)
 
 
 def _scale_from_name(path):
@@ -295,11 +242,15 @@ def _file_key(path):
     return (osp.realpath(path), st.st_size, st.st_mtime_ns)
 
 
-def get_model(scale, device, backbone_path=None, weights_path=None, backbone='srcnn'):
-    """The shipped MCNet at ``scale`` (eval mode, on ``device``), optionally with other weights."""
+def get_model(scale, device, backbone_path=None, weights_path=None, backbone='srcnn', cache=None):
+    """The shipped MCNet at ``scale`` (eval mode, on ``device``), optionally with other weights.
+
+    ``cache``: a dict the caller keeps to reuse models across calls in one process (the first solve of a model
+    estimates its spectral norms, seconds); None builds a new model.
+    """
     key = (scale, str(device), backbone, _file_key(backbone_path), _file_key(weights_path))
-    if key in _MODEL_CACHE:
-        return _MODEL_CACHE[key]
+    if cache is not None and key in cache:
+        return cache[key]
     if backbone_path is not None:
         _check_scale(backbone_path, 'the backbone checkpoint', scale)
         try:  # readable at all? (a clearer message than the arch's)
@@ -322,9 +273,8 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
         # exact, from the DFT (the slow part); in eval mode it is kept until the weights or the stored
         # norm change, so a result does not depend on what the model ran before
         model.denoiser.update_spectral_norm()
-    if len(_MODEL_CACHE) >= 4:
-        _MODEL_CACHE.pop(next(iter(_MODEL_CACHE)))
-    _MODEL_CACHE[key] = model
+    if cache is not None:
+        cache[key] = model
     return model
 
 
@@ -334,82 +284,6 @@ def resolve_device(name):
     if name == 'cuda' and not torch.cuda.is_available():
         raise UsageError('--device cuda: no CUDA device is available')
     return torch.device(name)
-
-
-# ---------------------------------------------------------------------------------------- tiling
-def conv_radius(module):
-    """Upper bound of the receptive-field radius of a conv net: sum of the convolutions' half-widths."""
-    return sum(((k - 1) // 2) * d for m in module.modules() if isinstance(m, nn.Conv2d)
-               for k, d in [(max(m.kernel_size), max(m.dilation))])
-
-
-def global_ops(module):
-    """Names of layers that see the whole input (global pooling, e.g. RCAN's channel attention)."""
-    return [name for name, m in module.named_modules()
-            if isinstance(m, (nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d))]
-
-
-def tile_plan(model):
-    """Overlaps in LR pixels: (backbone, denoiser) so that every tile's core output is exact."""
-    s = model.scale
-    r_backbone = conv_radius(model.backbone)
-    if model.backbone_input == 'upsampled':  # MATLAB bicubic upsampling reaches 2-3 LR pixels
-        backbone = math.ceil(r_backbone / s) + 4
-    else:  # convs on LR (HR convs after the upsampler counted as LR: an over-estimate)
-        backbone = r_backbone + 2
-    return backbone, math.ceil(conv_radius(model.denoiser) / s) + 1
-
-
-def tiles(h, w, tile):
-    for y0 in range(0, h, tile):
-        for x0 in range(0, w, tile):
-            yield y0, x0, min(h, y0 + tile), min(w, x0 + tile)
-
-
-def apply_tiled(fn, x, tile, overlap, out_scale=1):
-    """``fn`` on ``tile`` x ``tile`` tiles of ``x`` (last two dims) with ``overlap``, tile cores stitched.
-
-    ``fn`` returns a tensor or a tuple of tensors/None at ``out_scale`` times its input's size.
-    """
-    h, w = x.shape[-2:]
-    s = out_scale
-    outs, is_tuple = None, False
-    for y0, x0, y1, x1 in tiles(h, w, tile):
-        py0, px0, py1, px1 = max(0, y0 - overlap), max(0, x0 - overlap), min(h, y1 + overlap), min(w, x1 + overlap)
-        res = fn(x[..., py0:py1, px0:px1])
-        is_tuple = isinstance(res, tuple)
-        res = res if is_tuple else (res, )
-        if outs is None:
-            outs = [None if r is None else r.new_empty(*r.shape[:-2], h * s, w * s) for r in res]
-        for out, r in zip(outs, res):
-            if out is not None:
-                core = r[..., (y0 - py0) * s:(y1 - py0) * s, (x0 - px0) * s:(x1 - px0) * s]
-                out[..., y0 * s:y1 * s, x0 * s:x1 * s] = core
-    return tuple(outs) if is_tuple else outs[0]
-
-
-class TiledDenoiser(nn.Module):
-    """The layer's denoiser evaluated on HR tiles (exact: overlap >= its receptive field)."""
-
-    def __init__(self, inner, tile, overlap):
-        super().__init__()
-        self.inner, self.tile, self.overlap = inner, tile, overlap
-
-    def update_spectral_norm(self, *args, **kwargs):
-        return self.inner.update_spectral_norm(*args, **kwargs)
-
-    def forward(self, x):
-        return apply_tiled(self.inner, x, self.tile, self.overlap)
-
-
-@contextmanager
-def tiled_denoiser(model, tile_hr, overlap_hr):
-    inner = model.denoiser
-    model.denoiser = TiledDenoiser(inner, tile_hr, overlap_hr)
-    try:
-        yield
-    finally:
-        model.denoiser = inner
 
 
 # ---------------------------------------------------------------------------------------- inference
@@ -424,25 +298,17 @@ def super_resolve(model, colour, tile=None):
         dict: ``sr`` (float64 result, RGB or Y), ``y`` (its Y), ``w`` / ``cbcr`` (backbone estimate),
         ``b`` (float64 LR Y), ``eps``, ``stats`` (SolverStats), ``tiles`` (number of tiles).
     """
-    s = model.scale
     h, w = colour.shape[-2:]
     if colour.shape[1] == 1 and model.backbone_channels == 3:
         # gray is taken as Y; an RGB network would need colour we do not have
         raise ValueError(f'gray image: the {type(model.backbone).__name__} backbone takes RGB input; '
                          'use --backbone srcnn for gray images')
     lr = colour.float()
-    b = rgb_to_ycbcr(colour)[:, :1] if colour.shape[1] == 3 else colour  # float64, as forward() passes it
-    n_tiles = 1
-    with torch.no_grad():
-        if tile is None or (tile >= h and tile >= w):
-            w_y, cbcr = model.run_backbone(lr)
-            x = model.solve(w_y, b)
-        else:
-            ov_backbone, ov_denoiser = tile_plan(model)
-            n_tiles = len(list(tiles(h, w, tile)))
-            w_y, cbcr = apply_tiled(model.run_backbone, lr, tile, ov_backbone, out_scale=s)
-            with tiled_denoiser(model, tile * s, ov_denoiser * s):
-                x = model.solve(w_y, b)
+    b = luma(colour)  # float64, as forward() passes it
+    n_tiles = len(list(tiles(h, w, tile))) if needs_tiling(lr, tile) else 1
+    with torch.no_grad():  # the arch's own pieces, as its forward runs them (tiles included)
+        w_y, cbcr = model.backbone_estimate(lr, tile)
+        x = model.solve(w_y, b, tile)
         stats, eps = model.last_stats['forward'], model.last_stats['eps']
         # solve() ends with P_S in float64 but returns float32; one more exact P_S on the full image
         # keeps the result in float64, so its consistency is not limited by float32 rounding.
@@ -454,134 +320,11 @@ def super_resolve(model, colour, tile=None):
 def fidelity(model, img, b):
     """||A Y(img) - b||_2 in float64, Y in [0, 1]."""
     img = img.double()
-    y = rgb_to_ycbcr(img)[:, :1] if img.shape[1] == 3 else img
+    y = luma(img)
     return float(model.operator.residual_norm(y, b.double())[0])
 
 
-# ---------------------------------------------------------------------------------------- files
-def write_atomic(path, data, force):
-    """Write bytes under a temporary name in the same folder, then rename; never clobbers without force."""
-    folder, name = osp.split(path)
-    tmp = osp.join(folder, f'.{name}.{os.getpid()}.tmp')
-    try:
-        with open(tmp, 'xb') as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if not force and osp.lexists(path):
-            raise ImageError(f'{path} already exists (use --force to overwrite)')
-        os.replace(tmp, path)
-    finally:
-        if osp.lexists(tmp):
-            os.remove(tmp)
-
-
-def encode_png(arr):
-    ok, buf = cv2.imencode('.png', arr)
-    if not ok:
-        raise ImageError('PNG encoding failed')
-    return buf.tobytes()
-
-
-def find_gt(gt, input_path, n_inputs):
-    if gt is None:
-        return None
-    if osp.isfile(gt):
-        if n_inputs > 1:
-            raise ImageError(f'--gt {gt} is a single file but several inputs were given; pass a folder')
-        return gt
-    cand = osp.join(gt, osp.basename(input_path))
-    if osp.isfile(cand):
-        return cand
-    stem = osp.splitext(osp.basename(input_path))[0]
-    for ext in IMAGE_EXTENSIONS:
-        for e in (ext, ext.upper()):
-            if osp.isfile(osp.join(gt, stem + e)):
-                return osp.join(gt, stem + e)
-    raise ImageError(f'no ground truth {osp.basename(input_path)} in {gt}')
-
-
-def read_gt(path, out_h, out_w, scale, channels):
-    """GT as uint8 HxW[x3] (BGR; alpha dropped), mod-cropped to the output size."""
-    try:
-        gt = read_image(path)
-    except ImageError as err:
-        raise ImageError(f'ground truth {path}: {err}') from None
-    if gt.dtype == np.uint16:
-        gt = np.rint(gt / 257.0).astype(np.uint8)
-    if gt.ndim == 3:
-        gt = gt[:, :, 0] if gt.shape[2] == 2 else gt[:, :, :3]
-    h, w = gt.shape[:2]
-    if (h, w) != (out_h, out_w):
-        if h // scale * scale == out_h and w // scale * scale == out_w:
-            gt = gt[:out_h, :out_w]  # BasicSR's mod_crop
-        else:
-            raise ImageError(f'ground truth {path} is {w}x{h}, output is {out_w}x{out_h}')
-    gt_channels = 1 if gt.ndim == 2 else 3
-    if gt_channels != channels:
-        raise ImageError(f'ground truth {path} has {gt_channels} colour channel(s), the input {channels}')
-    return np.ascontiguousarray(gt)
-
-
 # ---------------------------------------------------------------------------------------- figure
-def _to_u8_bgr(t):
-    """Float (1, C, H, W) RGB/gray [0, 1] -> uint8 HxWx3 BGR (gray replicated) and the metric image."""
-    arr = np.rint(t[0].clamp(0, 1).cpu().numpy() * 255.0).astype(np.uint8)
-    if arr.shape[0] == 1:
-        return np.repeat(arr[0][:, :, None], 3, axis=2), arr[0]
-    bgr = np.ascontiguousarray(arr[::-1].transpose(1, 2, 0))
-    return bgr, bgr
-
-
-def _crop_box(y_u8, size):
-    """Top-left corner of the ``size`` window with the most detail (gradient energy) in a uint8 image."""
-    img = y_u8.astype(np.float32)
-    energy = np.abs(cv2.Sobel(img, cv2.CV_32F, 1, 0)) + np.abs(cv2.Sobel(img, cv2.CV_32F, 0, 1))
-    h, w = img.shape
-    ch, cw = size
-    win = cv2.boxFilter(energy, -1, (cw, ch), normalize=False, anchor=(0, 0), borderType=cv2.BORDER_CONSTANT)
-    win = win[:h - ch + 1, :w - cw + 1]
-    y0, x0 = np.unravel_index(int(np.argmax(win)), win.shape)
-    return int(y0), int(x0)
-
-
-def _title_bar(text, width, height=26):
-    bar = np.full((height, width, 3), 255, np.uint8)
-    font, scale = cv2.FONT_HERSHEY_SIMPLEX, 0.5
-    while scale > 0.25 and cv2.getTextSize(text, font, scale, 1)[0][0] > width - 6:
-        scale -= 0.05
-    (tw, th), _ = cv2.getTextSize(text, font, scale, 1)
-    cv2.putText(bar, text, (max(3, (width - tw) // 2), (height + th) // 2), font, scale, (0, 0, 0), 1, cv2.LINE_AA)
-    return bar
-
-
-def compose_figure(panels, scale):
-    """panels: [(title, uint8 HxWx3 BGR)], all HxW. Top row: full images; bottom row: zoomed crop."""
-    h, w = panels[0][1].shape[:2]
-    disp_w = min(max(w, 256), 512)
-    disp_h = max(1, round(h * disp_w / w))
-    interp = cv2.INTER_NEAREST if disp_w >= w else cv2.INTER_AREA
-    crop = (max(min(h, 8), min(h, max(16, min(h, w) // 4))), max(min(w, 8), min(w, max(16, min(h, w) // 4))))
-    ref = cv2.cvtColor(panels[2][1], cv2.COLOR_BGR2GRAY)  # the MCNet output
-    cy, cx = _crop_box(ref, crop)
-    zoom_h = max(1, round(crop[0] * disp_w / crop[1]))
-    red = (0, 0, 255)
-    columns = []
-    for title, img in panels:
-        full = cv2.resize(img, (disp_w, disp_h), interpolation=interp)
-        fy, fx = disp_h / h, disp_w / w
-        cv2.rectangle(full, (int(cx * fx), int(cy * fy)),
-                      (int((cx + crop[1]) * fx) - 1, int((cy + crop[0]) * fy) - 1), red, 1)
-        zoom = cv2.resize(img[cy:cy + crop[0], cx:cx + crop[1]], (disp_w, zoom_h), interpolation=cv2.INTER_NEAREST)
-        sep = np.full((4, disp_w, 3), 255, np.uint8)
-        columns.append(np.concatenate([_title_bar(title, disp_w), full, sep, zoom], axis=0))
-    gap = np.full((columns[0].shape[0], 4, 3), 255, np.uint8)
-    row = [columns[0]]
-    for col in columns[1:]:
-        row += [gap, col]
-    return np.concatenate(row, axis=1)
-
-
 def make_figure(model, colour, result, gt_arr, scale):
     """The comparison figure and the PSNRs {bicubic, backbone, mcnet} (None without GT)."""
     with torch.no_grad():
@@ -591,7 +334,7 @@ def make_figure(model, colour, result, gt_arr, scale):
     named = [('Bicubic', bicubic), (type(model.backbone).__name__, backbone), ('MCNet', result['sr'])]
     psnr, panels = {}, []
     for (title, img), key in zip(named, ('bicubic', 'backbone', 'mcnet')):
-        bgr, metric_img = _to_u8_bgr(img)
+        bgr, metric_img = to_u8_bgr(img)
         if gt_arr is not None:
             psnr[key] = float(calculate_psnr(metric_img, gt_arr, crop_border=scale, test_y_channel=True))
             title = f'{title} {psnr[key]:.2f} dB'
@@ -711,13 +454,13 @@ def _error(msg):
     print(f'error: {msg}', file=sys.stderr, flush=True)
 
 
-def run(args):
+def run(args, models=None):
     cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)  # decoder warnings: we report our own
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     inputs = collect_inputs(args.inputs)
     device = resolve_device(args.device)
-    model = get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone)
+    model = get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone, cache=models)
     if args.tile is not None and global_ops(model.backbone):
         # a tile would see its own mean, not the image's: the tiled output would not be the network's
         raise UsageError(f'--tile is not exact for the {args.backbone} backbone: it pools over the whole image '
@@ -725,7 +468,7 @@ def run(args):
     model.eps, model.eps_rms = None, args.eps_rms if args.eps_rms is not None else default_eps_rms(args.backbone)
     # CUDA graphs (ignored on the CPU and for eps > 0) replay the same iterations without launch overhead;
     # the tiled denoiser is kept eager (its loop over tiles is not part of what the graph tests cover)
-    model.set_solver(forward={'tol': args.tol, 'max_iter': args.iters,
+    model.set_solver(forward={'preset': 'fast', 'tol': args.tol, 'max_iter': args.iters,
                               'cuda_graph': not args.no_cuda_graph and args.tile is None})
     os.makedirs(args.output, exist_ok=True)
 
@@ -764,8 +507,12 @@ def run(args):
     return 1 if failed else 0
 
 
-def main(argv=None):
-    """Console entry point; returns the exit status (0 ok, 1 some images failed, 2 usage error)."""
+def main(argv=None, models=None):
+    """Console entry point; returns the exit status (0 ok, 1 some images failed, 2 usage error).
+
+    ``models``: a dict in which a caller running several commands in one process keeps the built models
+    (see :func:`get_model`); None builds the model afresh.
+    """
     try:
         args = parse_args(sys.argv[1:] if argv is None else list(argv))
     except SystemExit as exc:  # --help
@@ -774,7 +521,7 @@ def main(argv=None):
         _error(err)
         return 2
     try:
-        return run(args)
+        return run(args, models)
     except UsageError as err:
         _error(err)
         return 2

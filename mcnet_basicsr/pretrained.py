@@ -83,7 +83,7 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         backbone_path (str | None): Backbone checkpoint of the same architecture; default the shipped one.
         eps, eps_rms (float | None): Consistency radius (default 0: exact). The compact backbones' layers were
             trained with ``eps_rms = default_eps_rms(backbone)``; pass it to use them as trained.
-        solver (dict | None): Forward solver settings (default Anderson, rel. tol 1e-4).
+        solver (dict | None): Forward solver settings over the 'fast' preset (``mcnet_basicsr.deq.PRESETS``).
         backbone (str): 'srcnn' (our SRCNN on the upsampled Y), 'rcan_compact' or 'rdn_compact' (RGB).
     """
     _check_scale(scale)
@@ -99,6 +99,6 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         operator={'type': 'bicubic', 'scale': scale},
         eps=eps,
         eps_rms=eps_rms,
-        solver={'forward': dict({'tol': 1e-4, 'max_iter': 100}, **(solver or {}))})
+        solver={'forward': dict({'preset': 'fast'}, **(solver or {}))})
     load_network(net, weight_path(f'mcnet_{backbone}_x{scale}.pth'))
     return net.eval().to(device)

@@ -19,15 +19,13 @@ if __package__ in (None, ''):  # run as a script: import the package, not its fo
 
 import mcnet_basicsr  # noqa: E402,F401  (registers our types, aliases torchvision)
 from mcnet_basicsr.assets import check_option_file_inputs  # noqa: E402
-from mcnet_basicsr.utils.pipeline import (default_root_path, destroy_dist, patch_dist_for_cpu,  # noqa: E402
-                                         patch_resume_for_cpu)
+from mcnet_basicsr.utils.pipeline import default_root_path, destroy_dist, patch_basicsr_for_cpu  # noqa: E402
 
 
 def main(root_path=None):
     check_option_file_inputs(sys.argv[1:])
     import basicsr.train
-    patch_resume_for_cpu(basicsr.train)
-    patch_dist_for_cpu()
+    patch_basicsr_for_cpu(basicsr.train)
     basicsr.train.train_pipeline(root_path or default_root_path())
     destroy_dist()
 

@@ -1,477 +1,113 @@
-"""Benchmark MCNet end to end on one device: speed, memory, iterations and PSNR side by side (issue #8).
+"""Benchmark MCNet end to end on one device: speed, memory, iterations and PSNR side by side.
 
 Sections (all in one run, so every number of a row is comparable with the reference row):
 
-* ``periter``: at 512x512 HR (x2, a real photo), one DnCNN6 forward vs one projection vs one full
-  fixed-point map vs one Anderson / plain iteration, each as the slope of the time between two call
-  (iteration) counts run back to back, so set-up costs and launch latency cancel alike (a single
-  synchronised denoiser call is reported too, as ``denoiser_call_ms``); overhead % = (Anderson
-  iteration - denoiser) / denoiser.
-* ``train``: one training step (batch of 16 LR 48x48 x2 patches cut from Set5/Set14, MSE on Y, Adam)
-  with the implicit backward (``implicit_fixed_point``) vs autograd unrolled through the same number
-  of Anderson iterations; time per step and peak memory; the implicit step at two forced forward
-  iteration counts shows memory independent of that count.
-* ``eval``: MCNet+SRCNN and MCNet+RCAN on Set5 and Set14 at x2 and x4 under the project's protocol
-  (scripts/evaluate.py: mod-crop HR, MATLAB-bicubic uint8 LR, Y-PSNR with basicsr, crop = scale):
-  seconds per image (batch 1, CUDA-synchronised, after one warm-up image), peak memory, mean forward
-  iterations, PSNR, max ``||Ax - b||``, and the compute bound ``DnCNN FLOPs x iterations / peak``.
+* ``periter``: at 512x512 HR (x2, a real photo), one DnCNN6 forward vs one projection vs one full fixed-point
+  map vs one Anderson / plain iteration, each as the slope of the time between two call (iteration) counts run
+  back to back, so set-up costs and launch latency cancel; overhead % = (Anderson iteration - denoiser) / denoiser.
+* ``train``: one training step of the arch (batch of 16 LR 48x48 x2 patches cut from Set5/Set14, MSE on Y,
+  Adam, implicit backward) at two forced forward iteration counts (memory independent of the count) and with
+  the paper's stopping rule; time per step and peak memory.
+* ``eval``: MCNet+SRCNN and MCNet+RCAN on Set5 and Set14 at x2 and x4 under the project's protocol: seconds
+  per image (batch 1, CUDA-synchronised, after one warm-up image), peak memory, mean forward iterations, PSNR
+  (BasicSR's RGB-uint8 Y-PSNR), max ``||Ax - b||`` and the compute bound ``DnCNN FLOPs x iterations / peak``.
   The reference row is the paper's setting (Anderson m = 5, 200 forward iterations).
 * ``big``: a 1024x1024 output (LR 512x512 at x2) made from a real photo: timing, memory, iterations.
 
-Solver configurations (``--configs``; the reference is always measured first):
+Networks: ``options/test_mcnet_srcnn_x<s>.yml`` (``--srcnn official``: the converted official SRCNN it names;
+``--srcnn ours``: our shipped SRCNN) and ``options/test_mcnet_rcan_compact_x<s>.yml`` (``--rcan official``:
+``test_mcnet_rcan_x<s>.yml``). Missing weights are an error, never a silent substitute. Configurations
+(``--configs``): see ``CONFIGS``; the reference ``paper_200`` is always measured first.
 
-    paper_200      Anderson m=5, lam=1e-4, 200 iterations (forced), float32            [reference]
-    paper_tol1e-5  the paper's stopping rule: rel. residual 1e-5 or 200 iterations, float32
-    tol1e-6        our test setting of the option files: 1e-6, max 300, float32
-    tol1e-4        1e-4, max 100, float32
-    fast_bf16      1e-4, max 100, backbone in bf16 autocast, channels_last
-    fast_bf16_tf32 as fast_bf16 with TF32 convolutions (denoiser included)
-    fast5_bf16     1e-5, max 200, backbone in bf16 autocast, channels_last
-    paper_200_graph, graph_tol1e-5, graph_tol1e-4, graph5_bf16
-                   as paper_200, paper_tol1e-5, tol1e-4, fast5_bf16 with ``cuda_graph: true`` (the iterations
-                   replayed from CUDA graphs; where the map cannot be captured, eps > 0, they run eagerly and
-                   the row says so)
-    graph_tol2e-5  rel. residual 2e-5, max 200, float32, CUDA graphs
-    graph_tol2e-5_autotune, graph_tol1e-5_autotune, paper_200_autotune, graph_tol2e-5_autotune_cl
-                   as graph_tol2e-5, graph_tol1e-5, paper_200 with cuDNN autotuning (``cudnn.benchmark``) for that
-                   row only; each new image size pays its tuning inside that image's time
-    graph_tf32_it50, graph_tf32_cl_it50
-                   tol 1e-5 / max 50 with TF32 convolutions (the denoiser twice as fast; its rounding keeps the
-                   residual above 1e-5, so they run all 50), CUDA graphs, the second also channels_last
-
-Run on the GPU (about 4 minutes on one H100 with these flags; ``--budget-s`` skips, and records as
-skipped, whatever would start after that many seconds):
-
-    python scripts/benchmark.py --device cuda --out-json docs/benchmark_h100.json --out-md docs/benchmarks.md
+    python scripts/benchmark.py --device cuda --out-json docs/records/benchmark_h100.json --out-md docs/benchmarks.md
 
 ``--quick`` runs every section on CPU with tiny inputs and few iterations (for the tests). Data:
-``<data-root>/<Set>/HR_mod<s>`` and ``LR_bicubic/X<s>`` (scripts/prepare_datasets.py), else made on
-the fly from ``<hr-root>/<Set>/HR``. The markdown section lands between
-``<!-- benchmark:begin -->`` and ``<!-- benchmark:end -->`` in ``--out-md``; the rest of the file is kept.
-A configuration that fails is recorded with its error and the run goes on.
+``<data-root>/<Set>/HR_mod<s>`` and ``LR_bicubic/X<s>`` (scripts/prepare_datasets.py), or, with ``--hr-root``,
+made on the fly from ``<hr-root>/<Set>/HR``. The markdown section lands between ``<!-- benchmark:begin -->``
+and ``<!-- benchmark:end -->`` in ``--out-md``; the rest of the file is kept. ``--budget-s`` records rows that
+would start after that many seconds as skipped.
 """
 import argparse
-import copy
 import logging
 import math
-import os
 import os.path as osp
-import platform
-import statistics
 import sys
 import time
-import traceback
+
+import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
 
 import numpy as np
 import torch
-import yaml
+from basicsr.archs import build_network
 from tqdm import tqdm
 
+from mcnet_basicsr.benchmarking import (BIG_CONFIGS, CONFIGS, FORCED_TOL, PAPER, PAPER_BACKWARD, QUICK_CONFIGS,
+                                        REFERENCE, Budget, big_input, evaluate_config, load_pairs, run_row, train_patches)
+from mcnet_basicsr.deq import anderson_solve, fixed_point_solve
+from mcnet_basicsr.evaluation import load_weights, read_option, resolve_device
+from mcnet_basicsr.pretrained import weight_path
+from mcnet_basicsr.utils.color import rgb_to_ycbcr
+from mcnet_basicsr.utils.files import replace_section, write_json, write_text
+from mcnet_basicsr.utils.precision import tf32
+from mcnet_basicsr.utils.profiling import conv_flops_per_pixel, device_name, median_ms, peak_mb, reset_peak, sync
+
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, osp.join(ROOT, 'scripts'))
-import mcnet_basicsr  # noqa: E402,F401
-from basicsr.archs import build_network  # noqa: E402
-from basicsr.metrics import calculate_psnr  # noqa: E402
-from basicsr.utils import img2tensor, tensor2img  # noqa: E402
-from atomic_io import write_json, write_text  # noqa: E402
-from md_section import replace_section  # noqa: E402
-from evaluate import IMG_EXT, load_weights, read_rgb  # noqa: E402
-
-from mcnet_basicsr.deq import anderson_solve, fixed_point_solve  # noqa: E402
-from mcnet_basicsr.ops import build_operator  # noqa: E402
-from mcnet_basicsr.pretrained import weight_path  # noqa: E402
-from mcnet_basicsr.utils.color import rgb_to_ycbcr, ycbcr_to_rgb  # noqa: E402
-
 LOG = logging.getLogger('benchmark')
 MD_SECTION = 'benchmark'  # <!-- benchmark:begin --> ... <!-- benchmark:end --> in the markdown file
 SCHEMA_VERSION = 1
-# SolverConfig requires tol > 0; no relative residual gets this low, so all max_iter iterations run
-FORCED_TOL = 1e-30
-PAPER = {'solver': 'anderson', 'm': 5, 'lam': 1e-4, 'tol': 1e-5, 'max_iter': 200}
-PAPER_BACKWARD = {'solver': 'anderson', 'm': 5, 'lam': 1e-4, 'tol': 1e-5, 'max_iter': 80}
-REFERENCE = 'paper_200'
-CONFIGS = {
-    'paper_200': {'label': 'paper: Anderson, 200 it. (forced), fp32', 'solver': dict(PAPER, tol=FORCED_TOL)},
-    'paper_tol1e-5': {'label': 'paper stop: tol 1e-5 / max 200, fp32', 'solver': dict(PAPER)},
-    'tol1e-6': {'label': 'tol 1e-6 / max 300, fp32', 'solver': dict(PAPER, tol=1e-6, max_iter=300)},
-    'tol1e-4': {'label': 'tol 1e-4 / max 100, fp32', 'solver': dict(PAPER, tol=1e-4, max_iter=100)},
-    'fast_bf16': {'label': 'tol 1e-4, backbone bf16, channels_last', 'solver': dict(PAPER, tol=1e-4, max_iter=100),
-                  'backbone_dtype': torch.bfloat16, 'channels_last': True},
-    'fast_bf16_tf32': {'label': 'tol 1e-4, backbone bf16, TF32, channels_last',
-                       'solver': dict(PAPER, tol=1e-4, max_iter=100), 'backbone_dtype': torch.bfloat16,
-                       'channels_last': True, 'tf32': True},
-    'fast5_bf16': {'label': 'tol 1e-5 / max 200, backbone bf16, channels_last', 'solver': dict(PAPER),
-                   'backbone_dtype': torch.bfloat16, 'channels_last': True},
-    # CUDA graphs (SolverConfig.cuda_graph): the same iterations without per-iteration Python / launch cost;
-    # used where the map is capturable (eps = 0, the SRCNN layers), eager otherwise (see the row's note)
-    'paper_200_graph': {'label': 'paper: Anderson, 200 it. (forced), fp32, CUDA graphs',
-                        'solver': dict(PAPER, tol=FORCED_TOL, cuda_graph=True)},
-    'graph_tol1e-5': {'label': 'paper stop: tol 1e-5 / max 200, fp32, CUDA graphs',
-                      'solver': dict(PAPER, cuda_graph=True)},
-    'graph_tol1e-4': {'label': 'tol 1e-4 / max 100, fp32, CUDA graphs',
-                      'solver': dict(PAPER, tol=1e-4, max_iter=100, cuda_graph=True)},
-    # layers with a small beta (the run-13 x2 layer) need ~38 iterations to 1e-5 but are within 0.01 dB at 2e-5
-    'graph_tol2e-5': {'label': 'tol 2e-5 / max 200, fp32, CUDA graphs',
-                      'solver': dict(PAPER, tol=2e-5, cuda_graph=True)},
-    # cuDNN autotuning (torch.backends.cudnn.benchmark) for this configuration only: the first DnCNN call on each new
-    # image size times cuDNN's algorithms and keeps the fastest for that size. That first call is inside the image's
-    # time (every Set5/Set14 image has its own size); the reference keeps cuDNN's heuristics
-    'graph_tol2e-5_autotune': {'label': 'tol 2e-5 / max 200, fp32, CUDA graphs, cuDNN autotuning',
-                               'solver': dict(PAPER, tol=2e-5, cuda_graph=True), 'cudnn_benchmark': True},
-    'graph_tol1e-5_autotune': {'label': 'paper stop: tol 1e-5 / max 200, fp32, CUDA graphs, cuDNN autotuning',
-                               'solver': dict(PAPER, cuda_graph=True), 'cudnn_benchmark': True},
-    'graph_tol2e-5_autotune_cl': {'label': 'tol 2e-5 / max 200, fp32, CUDA graphs, cuDNN autotuning, channels_last',
-                                  'solver': dict(PAPER, tol=2e-5, cuda_graph=True), 'cudnn_benchmark': True,
-                                  'channels_last': True},
-    'paper_200_autotune': {'label': 'paper: Anderson, 200 it. (forced), fp32, cuDNN autotuning',
-                           'solver': dict(PAPER, tol=FORCED_TOL), 'cudnn_benchmark': True},
-    'graph5_bf16': {'label': 'tol 1e-5 / max 200, backbone bf16, channels_last, CUDA graphs',
-                    'solver': dict(PAPER, cuda_graph=True), 'backbone_dtype': torch.bfloat16, 'channels_last': True},
-    # TF32 halves the denoiser's time but its rounding floor (~1e-4 relative) keeps the residual above 1e-5, so
-    # these stop at max_iter: 50 covers the ~40-45 iterations fp32 needs at x4 (the cells short of 10x in fp32)
-    'graph_tf32_it50': {'label': 'tol 1e-5 / max 50, TF32, CUDA graphs',
-                        'solver': dict(PAPER, max_iter=50, cuda_graph=True), 'tf32': True},
-    'graph_tf32_cl_it50': {'label': 'tol 1e-5 / max 50, TF32, channels_last, CUDA graphs',
-                           'solver': dict(PAPER, max_iter=50, cuda_graph=True), 'tf32': True, 'channels_last': True},
-}
-# every code path: bf16, TF32, channels_last, the CUDA-graph option (eager on the CPU)
-QUICK_CONFIGS = ['paper_200', 'tol1e-4', 'fast_bf16_tf32', 'graph_tol1e-4']
-BIG_CONFIGS = ('paper_200', 'tol1e-4', 'fast_bf16', 'fast_bf16_tf32', 'paper_200_graph', 'graph_tol1e-4')
-RCAN_DEFAULT = {'type': 'RCAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 64, 'num_group': 10, 'num_block': 20,
-                'squeeze_factor': 16, 'res_scale': 1, 'img_range': 255., 'rgb_mean': [0.4488, 0.4371, 0.4040]}
+MCNET_OPTIONS = {('srcnn', 'official'): 'test_mcnet_srcnn_x{s}.yml', ('srcnn', 'ours'): 'test_mcnet_srcnn_x{s}.yml',
+                 ('rcan', 'official'): 'test_mcnet_rcan_x{s}.yml', ('rcan', 'compact'): 'test_mcnet_rcan_compact_x{s}.yml'}
 
 
-# ---------------------------------------------------------------------------------------------- utilities
-class Budget:
-    """Wall-clock budget of the whole run: rows that would start after it are recorded as skipped."""
-
-    def __init__(self, seconds):
-        self.seconds, self.start = seconds, time.perf_counter()
-
-    def exceeded(self):
-        return self.seconds is not None and time.perf_counter() - self.start > self.seconds
-
-
-def sync(device):
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-
-
-def reset_peak(device):
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        return torch.cuda.memory_allocated(device) / 2**20
-    return None
-
-
-def peak_mb(device):
-    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == 'cuda' else None
-
-
-def median_ms(fn, device, repeats, warmup=1):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
-class precision:
-    """Context: TF32 on/off for cuDNN and CUDA matmuls, restored afterwards."""
-
-    def __init__(self, tf32):
-        self.tf32 = bool(tf32)
-
-    def __enter__(self):
-        self.saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = self.tf32
-
-    def __exit__(self, *exc):
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = self.saved
-
-
-def run_row(rows, section, name, budget, fn, **meta):
-    """Run ``fn() -> dict`` as one row; errors and budget skips become rows too."""
-    row = dict(section=section, name=name, **meta)
-    if budget.exceeded():
-        row.update(status='skipped', error=f'time budget of {budget.seconds:.0f} s exceeded')
-        LOG.warning('%s %s: skipped (time budget)', section, name)
-    else:
-        try:
-            row.update(fn())
-            row.setdefault('status', 'ok')
-        except Exception as err:  # a failing configuration must not stop the others
-            row.update(status='error', error=f'{type(err).__name__}: {err}')
-            LOG.error('%s %s failed:\n%s', section, name, traceback.format_exc())
-            if isinstance(err, torch.cuda.OutOfMemoryError):
-                torch.cuda.empty_cache()
-    rows.append(row)
-    return row
-
-
-def dncnn_flops_per_pixel(denoiser):
-    """FLOPs (2 x MACs) of one denoiser forward per output pixel, from its convolutions."""
-    total = 0
-    for mod in denoiser.modules():
-        if isinstance(mod, torch.nn.Conv2d):
-            kh, kw = mod.kernel_size
-            sh, sw = mod.stride
-            total += 2 * kh * kw * mod.in_channels * mod.out_channels // mod.groups // (sh * sw)
-    return total
-
-
-def device_name(device):
-    return torch.cuda.get_device_name(device) if device.type == 'cuda' else f'cpu ({platform.machine()})'
-
-
-# ---------------------------------------------------------------------------------------------- data
-def load_pairs(data_root, shared_root, name, scale, limit, quick):
-    """[(file, hr float32 HxWx3 BGR in [0,1], lq tensor 1x3xhxw RGB)] under the project's protocol."""
-    hr_dir = osp.join(data_root, name, f'HR_mod{scale}')
-    lr_dir = osp.join(data_root, name, 'LR_bicubic', f'X{scale}')
-    pairs = []
-    if osp.isdir(hr_dir) and osp.isdir(lr_dir):
-        files = sorted(f for f in os.listdir(hr_dir) if f.lower().endswith(IMG_EXT))[:limit]
-        for f in files:
-            pairs.append((f, read_rgb(osp.join(hr_dir, f)), read_rgb(osp.join(lr_dir, f))))
-    else:
-        from prepare_datasets import bicubic_lr, list_images, mod_crop, read_hr
-        src = osp.join(shared_root, name, 'HR')
-        LOG.info('%s not prepared under %s; making x%d LR from %s', name, data_root, scale, src)
-        for path in list_images(src)[:limit]:
-            hr = mod_crop(read_hr(path), scale)
-            lr = bicubic_lr(hr, scale)
-            pairs.append((osp.basename(path), hr.astype(np.float32) / 255., lr.astype(np.float32) / 255.))
-    out = []
-    for f, hr, lr in pairs:
-        if quick:  # aligned top-left crops keep the pipeline, not the numbers
-            h = min(lr.shape[0], 48 // scale)
-            lr, hr = lr[:h, :h], hr[:h * scale, :h * scale]
-        out.append((f, hr, img2tensor(lr, bgr2rgb=True, float32=True)[None]))
-    if not out:
-        raise FileNotFoundError(f'no images for {name} x{scale} under {data_root} or {shared_root}')
-    return out
-
-
-def big_input(scale, quick):
-    """A real photo at 1024x1024 HR (x2: LR 512x512): skimage's astronaut (512x512) upscaled by
-    MATLAB bicubic x2, its LR the MATLAB-bicubic uint8 downscale, as for the test sets."""
-    from basicsr.utils.matlab_functions import imresize as np_imresize
-    from prepare_datasets import bicubic_lr
-    from skimage import data
-    photo = data.astronaut()[:, :, ::-1].astype(np.float64) / 255.  # RGB -> BGR
-    if quick:
-        photo = photo[:32, :32]
-    hr = np.clip(np.floor(np_imresize(photo, 2) * 255. + 0.5), 0, 255).astype(np.uint8)
-    hr = hr[:hr.shape[0] - hr.shape[0] % scale, :hr.shape[1] - hr.shape[1] % scale]
-    lr = bicubic_lr(hr, scale).astype(np.float32) / 255.
-    return hr.astype(np.float32) / 255., img2tensor(lr, bgr2rgb=True, float32=True)[None]
-
-
-def train_patches(pairs, batch, patch, scale, seed=0):
-    """``batch`` aligned (LR patch x patch, HR) crops from the pairs, RGB tensors."""
-    rng = np.random.default_rng(seed)
-    lqs, gts = [], []
-    for i in range(batch):
-        _, hr, lq = pairs[i % len(pairs)]
-        h, w = lq.shape[-2:]
-        p = min(patch, h, w)
-        top, left = int(rng.integers(0, h - p + 1)), int(rng.integers(0, w - p + 1))
-        lqs.append(lq[0, :, top:top + p, left:left + p])
-        gt = img2tensor(hr, bgr2rgb=True, float32=True)
-        gts.append(gt[:, top * scale:(top + p) * scale, left * scale:(left + p) * scale])
-    return torch.stack(lqs), torch.stack(gts)
-
-
-# ---------------------------------------------------------------------------------------------- networks
-def read_option(path):
-    with open(path) as f:
-        return yaml.safe_load(f)
-
-
-def build_mcnet(backbone, scale, device, quick):
-    """(net, note) for 'srcnn' (options/test_mcnet_srcnn_x<s>.yml) or 'rcan' (test_mcnet_rcan_x<s>.yml)."""
-    note = []
-    if backbone == 'srcnn':
-        opt = read_option(osp.join(ROOT, 'options', f'test_mcnet_srcnn_x{scale}.yml'))
-        net_opt = copy.deepcopy(opt['network_g'])
-        bpath = net_opt.get('backbone_path')
-        if bpath and not osp.isfile(osp.join(ROOT, bpath)):
-            net_opt['backbone_path'] = weight_path(f'srcnn_x{scale}.pth')
-            note.append(f'{bpath} absent: our shipped SRCNN x{scale} instead')
-        elif bpath:
-            net_opt['backbone_path'] = osp.join(ROOT, bpath)
-    else:
-        # the official-size RCAN when its weights are here, else our compact RCAN (shipped weights)
-        path = osp.join(ROOT, 'options', f'test_mcnet_rcan_x{scale}.yml')
-        compact = osp.join(ROOT, 'options', f'test_mcnet_rcan_compact_x{scale}.yml')
-        if osp.isfile(path) and osp.isfile(compact):
-            official_bb = read_option(path)['network_g'].get('backbone_path') or ''
-            compact_bb = read_option(compact)['network_g'].get('backbone_path') or ''
-            if not osp.isfile(osp.join(ROOT, official_bb)) and osp.isfile(osp.join(ROOT, compact_bb)):
-                path = compact
-                note.append('our compact RCAN (the official weights are absent)')
-        if osp.isfile(path):
-            opt = read_option(path)
-            net_opt = copy.deepcopy(opt['network_g'])
-        else:
-            opt = read_option(osp.join(ROOT, 'options', f'test_mcnet_srcnn_x{scale}.yml'))
-            net_opt = copy.deepcopy(opt['network_g'])
-            net_opt.update(backbone=dict(RCAN_DEFAULT, upscale=scale), backbone_input='lr', backbone_channels=3)
-            net_opt.pop('backbone_path', None)
-            note.append(f'{osp.relpath(path, ROOT)} absent: basicsr RCAN (10x20 blocks, 64 ch)')
-        bpath = net_opt.get('backbone_path')
-        if bpath and osp.isfile(osp.join(ROOT, bpath)):
-            net_opt['backbone_path'] = osp.join(ROOT, bpath)
-        else:
-            net_opt.pop('backbone_path', None)
-            note.append('timing only, random weights')
-        if quick:  # a tiny random RCAN of the same type: the code path, not the numbers
-            net_opt['backbone'].update(num_feat=8, num_group=1, num_block=1, squeeze_factor=4)
-            net_opt.pop('backbone_path', None)
-    pretrain = opt.get('path', {})
-    if pretrain.get('pretrain_network_g') and not osp.isabs(pretrain['pretrain_network_g']):
-        pretrain = dict(pretrain, pretrain_network_g=osp.join(ROOT, pretrain['pretrain_network_g']))
-    if pretrain.get('pretrain_network_g') and not osp.isfile(pretrain['pretrain_network_g']):
-        # the layer (DnCNN6 + beta) does not depend on the backbone: the shipped one times the same
-        note.append(f'{osp.relpath(pretrain["pretrain_network_g"], ROOT)} absent: layer of the shipped '
-                    f'mcnet_srcnn_x{scale}.pth')
-        pretrain = {'pretrain_network_g': weight_path(f'mcnet_srcnn_x{scale}.pth'), 'param_key_g': 'params'}
-    allow_tf32 = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+def build_mcnet(backbone, weights, scale, device, quick):
+    """(net, note): MCNet of ``options/MCNET_OPTIONS[backbone, weights]``; missing weights raise, naming the file."""
+    opt = read_option(osp.join(ROOT, 'options', MCNET_OPTIONS[backbone, weights].format(s=scale)))
+    net_opt, note = opt['network_g'], ''
+    if backbone == 'srcnn' and weights == 'ours':
+        net_opt['backbone_path'], note = weight_path(f'srcnn_x{scale}.pth'), f'our shipped SRCNN x{scale}'
+    if quick and backbone == 'rcan':  # a tiny random RCAN of the same type: the code path, not the numbers
+        net_opt['backbone'].update(num_feat=8, num_group=1, num_block=1, squeeze_factor=4)
+        net_opt.pop('backbone_path', None)
+        note = 'tiny random RCAN (quick run)'
+    path_opt = dict(opt.get('path', {}))
+    for node, key in ((net_opt, 'backbone_path'), (path_opt, 'pretrain_network_g')):
+        if node.get(key):
+            node[key] = osp.join(ROOT, node[key])
+            if not osp.isfile(node[key]):
+                raise FileNotFoundError(f'{MCNET_OPTIONS[backbone, weights].format(s=scale)}: {key} {node[key]} '
+                                        'is missing (see README: backbone weights)')
     net = build_network(net_opt)
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = allow_tf32  # rows set it
-    load_weights(net, pretrain)
-    return net.eval().to(device), '; '.join(note)
+    load_weights(net, path_opt)
+    return net.eval().to(device), note
 
 
-class configured:
-    """Context: a configuration (solver, backbone dtype, channels_last, TF32) applied to ``net``."""
-
-    def __init__(self, net, cfg, quick):
-        self.net, self.cfg, self.quick = net, cfg, quick
-
-    def __enter__(self):
-        solver = dict(self.cfg['solver'])
-        if self.quick:
-            solver['max_iter'] = min(solver['max_iter'], 4)
-        self.saved = (self.net.forward_solver, self.net.backward_solver, self.net.backbone_dtype)
-        self.net.set_solver(forward=solver)
-        self.net.backbone_dtype = self.cfg.get('backbone_dtype')
-        if self.cfg.get('channels_last'):
-            self.net.to(memory_format=torch.channels_last)
-        self.prec = precision(self.cfg.get('tf32', False))
-        self.prec.__enter__()
-        self.saved_cudnn_benchmark = torch.backends.cudnn.benchmark
-        torch.backends.cudnn.benchmark = bool(self.cfg.get('cudnn_benchmark', False))
-        return self.net
-
-    def __exit__(self, *exc):
-        torch.backends.cudnn.benchmark = self.saved_cudnn_benchmark
-        self.prec.__exit__(*exc)
-        if self.cfg.get('channels_last'):
-            self.net.to(memory_format=torch.contiguous_format)
-        self.net.forward_solver, self.net.backward_solver, self.net.backbone_dtype = self.saved
-
-
-# ---------------------------------------------------------------------------------------------- eval
-def evaluate_config(net, cfg, pairs, scale, device, quick, flops_px, peak_tflops):
-    op = build_operator({'type': 'bicubic', 'scale': scale})
-    with configured(net, cfg, quick):
-        lq0 = pairs[0][2].to(device)
-        if cfg.get('channels_last'):
-            lq0 = lq0.contiguous(memory_format=torch.channels_last)
-        with torch.no_grad():  # warm-up: kernels, cuDNN heuristics, spectral-norm estimate
-            net(lq0)
-        base = reset_peak(device)
-        secs, iters, nfes, psnrs, fids, bound, eps, graphed = [], [], [], [], [], [], [], []
-        for _, hr, lq in pairs:
-            lq = lq.to(device)
-            if cfg.get('channels_last'):
-                lq = lq.contiguous(memory_format=torch.channels_last)
-            sync(device)
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                out = net(lq)
-            sync(device)
-            secs.append(time.perf_counter() - t0)
-            stats = net.last_stats['forward']
-            iters.append(float(stats.iterations.double().mean()))
-            nfes.append(stats.nfe)
-            graphed.append(stats.cuda_graph)
-            eps.append(float(net.last_stats['eps']))
-            y = rgb_to_ycbcr(out.double())[:, :1]
-            fids.append(float(op.residual_norm(y, rgb_to_ycbcr(lq.double())[:, :1])[0]))
-            if hr is not None:
-                sr_img = tensor2img([out.detach().float().cpu().clone()])
-                gt_img = (hr * 255.0).round().astype(np.uint8)
-                psnrs.append(calculate_psnr(sr_img, gt_img, crop_border=scale, test_y_channel=True))
-            # the solve evaluates the map nfe times, then once more for the output
-            bound.append(flops_px * out.shape[-2] * out.shape[-1] * (stats.nfe + 1) / (peak_tflops * 1e12))
-    graph_used = all(graphed)  # what the solver reports it did
-    if cfg['solver'].get('cuda_graph') and not graph_used:
-        note = 'CUDA graphs not used: ' + ('map not capturable (eps > 0: host-side multiplier solve)'
-                                           if device.type == 'cuda' else 'CPU')
-    else:
-        note = ''
-    row = {'images': len(pairs), 'seconds_per_image': float(np.mean(secs)), 'peak_mem_mb': peak_mb(device),
-           'cuda_graph_used': graph_used, 'config_note': note,
-           'base_mem_mb': base, 'iterations': float(np.mean(iters)), 'iterations_max': float(np.max(iters)),
-           'nfe_mean': float(np.mean(nfes)), 'psnr': float(np.mean(psnrs)) if psnrs else None,
-           'fidelity_max': float(np.max(fids)), 'eps_max': float(np.max(eps)), 'bound_seconds_per_image': float(np.mean(bound))}
-    row['bound_fraction'] = row['bound_seconds_per_image'] / row['seconds_per_image']
-    return row
-
-
-def section_eval(args, device, budget, rows, backbones, flops_cache):
-    for backbone in backbones:
-        for scale in args.scales:
-            try:
-                net, note = build_mcnet(backbone, scale, device, args.quick)
-            except Exception as err:
-                for ds in args.datasets:
-                    for key in args.configs:
-                        rows.append(dict(section='eval', name=key, backbone=backbone, scale=scale, dataset=ds,
-                                         status='error', error=f'building the network: {type(err).__name__}: {err}'))
-                LOG.error('building MCNet+%s x%d failed:\n%s', backbone, scale, traceback.format_exc())
-                continue
-            flops_px = flops_cache.setdefault('dncnn', dncnn_flops_per_pixel(net.denoiser))
-            for ds in args.datasets:
-                try:
-                    pairs = load_pairs(args.data_root, args.shared_root, ds, scale, args.limit, args.quick)
-                except Exception as err:
-                    for key in args.configs:
-                        rows.append(dict(section='eval', name=key, backbone=backbone, scale=scale, dataset=ds,
-                                         status='error', error=f'loading data: {type(err).__name__}: {err}'))
-                    continue
-                for key in tqdm(args.configs, desc=f'MCNet+{backbone} x{scale} {ds}', unit='cfg', leave=False):
-                    run_row(rows, 'eval', key, budget,
-                            lambda: evaluate_config(net, CONFIGS[key], pairs, scale, device, args.quick, flops_px,
-                                                    args.peak_tflops),
-                            label=CONFIGS[key]['label'], backbone=backbone, scale=scale, dataset=ds, note=note)
-            if 'big' in args.sections and scale == 2:
-                hr, lq = big_input(2, args.quick)
-                for key in [k for k in BIG_CONFIGS if k in args.configs]:
-                    run_row(rows, 'big', key, budget,
-                            lambda: evaluate_config(net, CONFIGS[key], [('astronaut', None, lq)], 2, device,
-                                                    args.quick, flops_px, args.peak_tflops),
-                            label=CONFIGS[key]['label'], backbone=backbone, scale=2,
-                            dataset=f'astronaut {lq.shape[-1] * 2}x{lq.shape[-2] * 2}', note=note)
-            net = None  # free it before the next network is built
-            if device.type == 'cuda':
-                torch.cuda.empty_cache()
+def section_eval(args, device, budget, rows, backbone, weights, configs, flops_cache):
+    for scale in args.scales:
+        net, note = build_mcnet(backbone, weights, scale, device, args.quick)
+        flops_px = flops_cache.setdefault('dncnn', conv_flops_per_pixel(net.denoiser))
+        for ds in args.datasets:
+            pairs = load_pairs(args.data_root, args.hr_root, ds, scale, args.limit, args.quick)
+            for key in tqdm(configs, desc=f'MCNet+{backbone} x{scale} {ds}', unit='cfg', leave=False):
+                run_row(rows, 'eval', key, budget,
+                        lambda: evaluate_config(net, CONFIGS[key], pairs, scale, device, args.quick, flops_px,
+                                                args.peak_tflops),
+                        label=CONFIGS[key]['label'], backbone=backbone, scale=scale, dataset=ds, note=note)
+        if 'big' in args.sections and scale == 2:
+            hr, lq = big_input(2, args.quick)
+            for key in [k for k in BIG_CONFIGS if k in configs]:
+                run_row(rows, 'big', key, budget,
+                        lambda: evaluate_config(net, CONFIGS[key], [('astronaut', None, lq)], 2, device,
+                                                args.quick, flops_px, args.peak_tflops),
+                        label=CONFIGS[key]['label'], backbone=backbone, scale=2,
+                        dataset=f'astronaut {lq.shape[-1] * 2}x{lq.shape[-2] * 2}', note=note)
+        net = None  # free it before the next network is built
+        if device.type == 'cuda':
+            torch.cuda.empty_cache()
 
 
 # ---------------------------------------------------------------------------------------------- per iteration
 def section_periter(args, device, budget, rows):
-    net, note = build_mcnet('srcnn', 2, device, args.quick)
+    net, note = build_mcnet('srcnn', args.srcnn, 2, device, args.quick)
     hr, lq = big_input(2, True) if args.quick else big_input(2, False)
     if not args.quick:  # 512x512 HR: the centre of the 1024x1024 photo
         lq = lq[..., 128:384, 128:384]
@@ -481,7 +117,7 @@ def section_periter(args, device, budget, rows):
     b = rgb_to_ycbcr(lq)[:, :1]
     f, z0, eps = net.fixed_point_problem(w, b)
     x0 = z0[:, :1]
-    flops_px = dncnn_flops_per_pixel(net.denoiser)
+    flops_px = conv_flops_per_pixel(net.denoiser)
     n1, n2 = (2, 5) if args.quick else (10, 60)
     reps = 2 if args.quick else 10
     size = f'{w.shape[-1]}x{w.shape[-2]}'
@@ -498,8 +134,8 @@ def section_periter(args, device, budget, rows):
         t = [median_ms(back_to_back(fn, n), device, max(1, reps // 3)) for n in (n1, n2)]
         return (t[1] - t[0]) / (n2 - n1)
 
-    def measure(tf32):
-        with precision(tf32), torch.no_grad():
+    def measure(use_tf32):
+        with tf32(use_tf32), torch.no_grad():
             den_call = median_ms(lambda: net.denoiser(x0), device, reps)
             den = slope_ms(lambda: net.denoiser(x0))
             proj = slope_ms(lambda: net.operator.project(x0, b, eps))
@@ -521,54 +157,17 @@ def section_periter(args, device, budget, rows):
                 'denoiser_tflops': flops_px * w.shape[-1] * w.shape[-2] / (den * 1e-3) / 1e12,
                 'flops_per_pixel': flops_px, 'note': note}
 
-    for tf32 in (False, True):
-        run_row(rows, 'periter', 'tf32' if tf32 else 'fp32', budget, lambda: measure(tf32))
+    for use_tf32 in (False, True):
+        run_row(rows, 'periter', 'tf32' if use_tf32 else 'fp32', budget, lambda: measure(use_tf32))
 
 
 # ---------------------------------------------------------------------------------------------- training
-def anderson_unrolled(f, z0, iters, m, lam):
-    """Anderson (same update as ``anderson_solve``) with autograd through every iteration.
-
-    Evaluates ``f`` ``iters`` times and returns the last iterate fed to ``f`` (as the solver returns
-    an iterate, not its image)."""
-    n, shape = z0.shape[0], z0.shape
-    x = z0.reshape(n, -1)
-    xs, fs = [], []
-    for k in range(iters):
-        fx = f(x.reshape(shape)).reshape(n, -1)
-        if k == iters - 1:
-            break
-        xs, fs = (xs + [x])[-m:], (fs + [fx])[-m:]
-        if len(xs) == 1:
-            x = fx
-            continue
-        X, Fh = torch.stack(xs, 1), torch.stack(fs, 1)
-        G = (Fh - X).double()
-        h = G.shape[1]
-        gram = G @ G.transpose(1, 2) + (lam * G.square().sum(dim=(1, 2)) + 1e-30)[:, None, None] * torch.eye(
-            h, dtype=G.dtype, device=G.device)
-        a = torch.linalg.solve(gram, torch.ones(n, h, 1, dtype=G.dtype, device=G.device))
-        a = (a / a.sum(dim=1, keepdim=True)).transpose(1, 2).to(x.dtype)
-        x = (a @ Fh).squeeze(1)
-    return x.reshape(shape)
-
-
-def unrolled_forward(net, lq, iters):
-    """MCNetArch.forward with the solve replaced by backprop through ``iters`` Anderson iterations."""
-    w, cbcr = net.run_backbone(lq)
-    b = rgb_to_ycbcr(lq)[:, :1]
-    f, z0, _ = net.fixed_point_problem(w, b)
-    z = anderson_unrolled(f, z0, iters, PAPER['m'], PAPER['lam'])
-    x = f(z)[:, :1]
-    return ycbcr_to_rgb(torch.cat([x, cbcr], dim=1))
-
-
 def section_train(args, device, budget, rows):
-    net, note = build_mcnet('srcnn', 2, device, args.quick)
+    net, note = build_mcnet('srcnn', args.srcnn, 2, device, args.quick)
     batch, patch = (2, 8) if args.quick else (16, 48)
     pairs = []
     for ds in args.datasets:
-        pairs += load_pairs(args.data_root, args.shared_root, ds, 2, args.limit, False)
+        pairs += load_pairs(args.data_root, args.hr_root, ds, 2, args.limit, False)
     lq, gt = train_patches(pairs, batch, patch, 2)
     lq, gt = lq.to(device), gt.to(device)
     gt_y = rgb_to_ycbcr(gt)[:, :1]
@@ -585,10 +184,10 @@ def section_train(args, device, budget, rows):
     short, long_ = (2, 4) if args.quick else (20, 100)
     bwd = dict(PAPER_BACKWARD, max_iter=4) if args.quick else PAPER_BACKWARD
 
-    def step_fn(mode, iters, forward):
+    def step_fn(iters, forward):
         def one():
             opt.zero_grad(set_to_none=True)
-            out = unrolled_forward(net, lq, iters) if mode == 'unrolled' else net(lq)
+            out = net(lq)
             loss = torch.nn.functional.mse_loss(rgb_to_ycbcr(out)[:, :1], gt_y)
             loss.backward()
             opt.step()
@@ -599,7 +198,7 @@ def section_train(args, device, budget, rows):
         net.set_solver(forward=forward, backward=bwd)
         opt = torch.optim.Adam(params, lr=1e-6)
         try:
-            with precision(False):
+            with tf32(False):  # the backward solve runs in loss.backward(), outside the arch's own scope
                 for _ in range(steps[0]):
                     one()
                 base = reset_peak(device)
@@ -610,32 +209,28 @@ def section_train(args, device, budget, rows):
                     loss = one()
                     sync(device)
                     times.append(time.perf_counter() - t0)
-                    if mode == 'implicit':
-                        fwd_it.append(float(net.last_stats['forward'].iterations.double().mean()))
-                        bs = net.last_stats['backward'].stats
-                        bwd_it.append(float(bs.iterations.double().mean()) if bs is not None else float('nan'))
+                    fwd_it.append(float(net.last_stats['forward'].iterations.double().mean()))
+                    bs = net.last_stats['backward'].stats
+                    bwd_it.append(float(bs.iterations.double().mean()) if bs is not None else float('nan'))
         finally:
             net.eval()
             restore()
-        return {'seconds_per_step': statistics.median(times), 'peak_mem_mb': peak_mb(device), 'base_mem_mb': base,
-                'forward_iterations': float(np.mean(fwd_it)) if fwd_it else float(iters),
-                'backward_iterations': float(np.mean(bwd_it)) if bwd_it else None, 'loss': float(loss),
+        return {'seconds_per_step': float(np.median(times)), 'peak_mem_mb': peak_mb(device), 'base_mem_mb': base,
+                'forward_iterations': float(np.mean(fwd_it)), 'backward_iterations': float(np.mean(bwd_it)),
+                'loss': float(loss.detach()),
                 'batch': batch, 'lr_patch': patch, 'note': note}
 
     forced = lambda n: dict(PAPER, tol=FORCED_TOL, max_iter=n)  # noqa: E731
     paper = dict(PAPER, max_iter=4) if args.quick else PAPER
-    plan = [(f'implicit_{short}', 'implicit', short, forced(short),
+    plan = [(f'implicit_{short}', short, forced(short),
              f'implicit, {short} forward it. (forced), backward tol 1e-5 / max 80'),
-            (f'implicit_{long_}', 'implicit', long_, forced(long_),
+            (f'implicit_{long_}', long_, forced(long_),
              f'implicit, {long_} forward it. (forced), backward tol 1e-5 / max 80'),
-            ('implicit_paper', 'implicit', None, paper,
-             'implicit, paper: forward tol 1e-5 / max 200, backward tol 1e-5 / max 80'),
-            ('implicit_paper_graph', 'implicit', None, dict(paper, cuda_graph=True),
-             'implicit, paper stopping, forward solves replayed from CUDA graphs'),
-            (f'unrolled_{short}', 'unrolled', short, None, f'unrolled autograd through {short} Anderson it.'),
-            (f'unrolled_{long_}', 'unrolled', long_, None, f'unrolled autograd through {long_} Anderson it.')]
-    for name, mode, iters, forward, label in plan:
-        run_row(rows, 'train', name, budget, lambda: step_fn(mode, iters, forward or PAPER), label=label, mode=mode)
+            ('implicit_paper', None, paper, 'implicit, paper: forward tol 1e-5 / max 200, backward tol 1e-5 / max 80'),
+            ('implicit_paper_graph', None, dict(paper, cuda_graph=True),
+             'implicit, paper stopping, forward solves replayed from CUDA graphs')]
+    for name, iters, forward, label in plan:
+        run_row(rows, 'train', name, budget, lambda: step_fn(iters, forward), label=label, mode='implicit')
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -734,9 +329,11 @@ def parse_args(argv=None):
     p.add_argument('--quick', action='store_true', help='CPU, tiny inputs, few iterations (tests)')
     p.add_argument('--device', default='auto', choices=['auto', 'cpu', 'cuda'])
     p.add_argument('--data-root', default=osp.join(ROOT, 'datasets'))
-    p.add_argument('--hr-root', '--shared-root', dest='shared_root', default=osp.join(ROOT, 'datasets'),
-                   help='HR images <hr-root>/<Set>/HR (scripts/fetch_assets.py puts them in datasets/), used when '
-                   '--data-root lacks a prepared set')
+    p.add_argument('--hr-root', help='make the LR from HR images <hr-root>/<Set>/HR instead of reading --data-root')
+    p.add_argument('--srcnn', default='official', choices=['official', 'ours'],
+                   help="SRCNN backbone: the converted official one the option file names, or our shipped one")
+    p.add_argument('--rcan', default='compact', choices=['official', 'compact'],
+                   help='RCAN backbone: the official-size one (converted weights needed) or our shipped compact one')
     p.add_argument('--datasets', nargs='+', default=['Set5', 'Set14'])
     p.add_argument('--scales', nargs='+', type=int, default=[2, 4])
     p.add_argument('--configs', nargs='+', default=None, dest='configs_given', choices=list(CONFIGS),
@@ -771,38 +368,27 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device('cuda' if args.device == 'auto' and torch.cuda.is_available() else
-                          ('cpu' if args.device == 'auto' else args.device))
+    device = resolve_device(args.device)
     torch.manual_seed(0)
     budget = Budget(args.budget_s)
     rows, flops_cache = [], {}
     t0 = time.perf_counter()
     if 'periter' in args.sections:
-        try:
-            section_periter(args, device, budget, rows)
-        except Exception as err:
-            rows.append(dict(section='periter', name='setup', status='error', error=f'{type(err).__name__}: {err}'))
-            LOG.error('per-iteration section failed:\n%s', traceback.format_exc())
+        section_periter(args, device, budget, rows)
     if 'train' in args.sections:
-        try:
-            section_train(args, device, budget, rows)
-        except Exception as err:
-            rows.append(dict(section='train', name='setup', status='error', error=f'{type(err).__name__}: {err}'))
-            LOG.error('training section failed:\n%s', traceback.format_exc())
+        section_train(args, device, budget, rows)
     if 'eval' in args.sections or 'big' in args.sections:
         if 'eval' not in args.sections:
             args.datasets = []
-        section_eval(args, device, budget, rows, ['srcnn'], flops_cache)
+        section_eval(args, device, budget, rows, 'srcnn', args.srcnn, args.configs, flops_cache)
         if args.skip_rcan:
             rows.append(dict(section='eval', name='rcan', backbone='rcan', status='skipped', error='--skip-rcan'))
         else:
-            srcnn_configs, args.configs = args.configs, args.rcan_configs
-            section_eval(args, device, budget, rows, ['rcan'], flops_cache)
-            args.configs = srcnn_configs
+            section_eval(args, device, budget, rows, 'rcan', args.rcan, args.rcan_configs, flops_cache)
     add_reference_columns(rows)
     if 'dncnn' not in flops_cache:
         from mcnet_basicsr.archs.dncnn_arch import DnCNN
-        flops_cache['dncnn'] = dncnn_flops_per_pixel(DnCNN())
+        flops_cache['dncnn'] = conv_flops_per_pixel(DnCNN())
     meta = {'schema_version': SCHEMA_VERSION, 'device': device_name(device), 'torch': torch.__version__,
             'quick': args.quick, 'command': 'python scripts/benchmark.py ' + ' '.join(sys.argv[1:] if argv is None
                                                                                        else argv),

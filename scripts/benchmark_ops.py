@@ -18,17 +18,12 @@ import statistics
 import sys
 import time
 
+import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
+
 import numpy as np
 import torch
 
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), osp.pardir)))
-try:  # basicsr 1.4.2 imports a module torchvision removed in 0.17
-    import torchvision.transforms.functional_tensor  # noqa: F401
-except ImportError:
-    import torchvision.transforms.functional as _functional
-    sys.modules.setdefault('torchvision.transforms.functional_tensor', _functional)
-
-from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_operator, eps_from_rms  # noqa: E402
+from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_operator, eps_from_rms
 
 
 def parse_shape(text):

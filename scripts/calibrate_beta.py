@@ -1,4 +1,4 @@
-"""Recalibrate the learned beta of a *trained* MCNet layer on Set5, the selection set (issue #5).
+"""Recalibrate the learned beta of a *trained* MCNet layer on Set5, the selection set.
 
 Training learns ``log_beta`` on T91 patches; this script evaluates the trained layer with its beta
 multiplied by each factor of a grid, on Set5 only (the set the paper validates and selects
@@ -8,10 +8,10 @@ before any test set is looked at. ``scripts/search_beta.py`` grids the initial b
 *untrained* layer instead.
 
     python scripts/calibrate_beta.py mcnet_basicsr/weights/mcnet_srcnn_x4.pth --scale 4 \\
-        --grid 0.7 0.8 0.85 0.9 1.0 1.15 1.3 --out docs/calibrate_beta_x4.json --save-best /tmp/mcnet_srcnn_x4.pth
+        --grid 0.7 0.8 0.85 0.9 1.0 1.15 1.3 --out calibrate_beta_x4.json --save-best /tmp/mcnet_srcnn_x4.pth
 
 Protocol and solver are those of ``options/test_mcnet_srcnn_x<scale>.yml`` through
-``scripts/evaluate.py`` (change them with ``--set``). ``--out`` writes {"checkpoint", "option",
+``mcnet_basicsr.evaluation`` (change them with ``--set``). ``--out`` writes {"checkpoint", "option",
 "dataset", "learned_beta", "grid", "records", "best"}; each record is an ``evaluate_option`` record
 plus ``beta_factor`` and ``beta``. ``--save-best`` writes the input checkpoint with ``log_beta``
 shifted by log(best factor) (``params`` only; the factor 1.0 gives the input back unchanged).
@@ -19,20 +19,17 @@ shifted by log(best factor) (``params`` only; the factor 1.0 gives the input bac
 import argparse
 import math
 import os.path as osp
-import sys
 import tempfile
 
 import torch
 from tqdm import tqdm
 
-REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
-sys.path.insert(0, REPO_ROOT)
-sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
-from atomic_io import write_json  # noqa: E402
-from evaluate import check_set_items, evaluate_option, in_repo_root  # noqa: E402
-from search_beta import SELECTION_SET, add_selection_arguments, load_cell  # noqa: E402
-from mcnet_basicsr.utils.checkpoint import load_state_dict  # noqa: E402
+from mcnet_basicsr.evaluation import (SELECTION_SET, add_selection_arguments, check_set_items, evaluate_option,
+                                      in_directory, load_selection_option, resolve_device)
+from mcnet_basicsr.utils.checkpoint import load_state_dict
+from mcnet_basicsr.utils.files import write_json
 
+REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 DEFAULT_OPTION = 'options/test_mcnet_srcnn_x{scale}.yml'
 
 
@@ -64,8 +61,8 @@ def calibrate(state, scale, grid, option=DEFAULT_OPTION, data_root='datasets', d
             path = osp.join(tmp, f'layer_beta_x{factor:g}.pth')
             torch.save({'params': with_beta_factor(state, factor)}, path)
             overrides = [f'path.pretrain_network_g={path}', 'path.param_key_g=params'] + list(extra)
-            opt = load_cell(option.format(scale=scale, s=scale), overrides, data_root)
-            (rec, ) = evaluate_option(opt, torch.device(device), overrides, limit)
+            opt = load_selection_option(option.format(scale=scale, s=scale), overrides, data_root)
+            (rec, ) = evaluate_option(opt, resolve_device(device), overrides, limit)
             rec['overrides'] = [o for o in rec['overrides'] if not o.startswith('path.pretrain_network_g=')]
             rec.update(beta_factor=float(factor), beta=learned * factor)
             records.append(rec)
@@ -91,12 +88,12 @@ def main(argv=None):
     if 1.0 not in args.grid:
         parser.error('the grid must contain 1.0 (the layer as trained), the baseline of the selection')
     check_set_items(parser, args.set)
-    device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
+    device = resolve_device(args.device)
     state = read_layer(args.checkpoint, args.param_key)
     option = osp.abspath(args.option) if args.option else DEFAULT_OPTION
     data_root = osp.abspath(args.data_root)
     out, save_best = (osp.abspath(p) if p else None for p in (args.out, args.save_best))
-    with in_repo_root():
+    with in_directory(REPO_ROOT):
         learned, records = calibrate(state, args.scale, args.grid, option, data_root, device, args.set, args.limit)
     # the layer as trained wins ties: a factor must do better on Set5 to be chosen
     base = next(r for r in records if r['beta_factor'] == 1.0)

@@ -28,53 +28,15 @@ import shutil
 import sys
 import tempfile
 
+import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
+
 import cv2
-import numpy as np
+from basicsr.utils.lmdb_util import make_lmdb_from_imgs
 from tqdm import tqdm
 
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), osp.pardir)))
-import mcnet_basicsr_hook  # noqa: E402
+from mcnet_basicsr.utils.images import bicubic_lr, list_images, mod_crop, read_hr
 
-mcnet_basicsr_hook.install_torchvision_alias()
-from basicsr.utils.lmdb_util import make_lmdb_from_imgs  # noqa: E402
-from basicsr.utils.matlab_functions import imresize  # noqa: E402
-
-IMG_EXTENSIONS = ('.png', '.bmp', '.jpg', '.jpeg', '.tif', '.tiff')
 MARKER = '.prepared.json'
-
-
-def list_images(folder):
-    if not osp.isdir(folder):
-        raise FileNotFoundError(f'No HR folder {folder!r}: expected <src>/<Name>/HR with images.')
-    names = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMG_EXTENSIONS))
-    if not names:
-        raise FileNotFoundError(f'No images ({", ".join(IMG_EXTENSIONS)}) in {folder!r}.')
-    return [osp.join(folder, f) for f in names]
-
-
-def read_hr(path):
-    """uint8 HxWx3 (BGR, as cv2 and BasicSR use); gray is replicated, alpha dropped."""
-    img = cv2.imread(path, cv2.IMREAD_UNCHANGED)
-    if img is None:
-        raise ValueError(f'Cannot read image {path!r}.')
-    if img.dtype != np.uint8:
-        raise ValueError(f'{path!r} is {img.dtype}; HR training/evaluation images must be 8-bit.')
-    if img.ndim == 2:
-        img = np.repeat(img[:, :, None], 3, axis=2)
-    elif img.shape[2] == 4:
-        img = img[:, :, :3]
-    return img
-
-
-def mod_crop(img, scale):
-    h, w = img.shape[:2]
-    return img[:h - h % scale, :w - w % scale]
-
-
-def bicubic_lr(hr, scale):
-    """MATLAB ``imresize(hr, 1/scale)`` on [0, 1] floats, then ``im2uint8`` (round half up)."""
-    lr = imresize(hr.astype(np.float64) / 255., 1 / scale)
-    return np.clip(np.floor(lr * 255. + 0.5), 0, 255).astype(np.uint8)
 
 
 def patch_origins(length, patch, step):

@@ -1,9 +1,9 @@
-"""Robustness (issue #6): a backbone alone vs MCNet on it when the LR input is perturbed.
+"""Robustness: a backbone alone vs MCNet on it when the LR input is perturbed.
 
 The uint8 LR images ``b`` of one prepared set (default Set5 x2) are perturbed, deterministically
 (seeded per perturbation and image), written as PNG into a temporary data root, and each option file
-of a pair (backbone, MCNet + backbone) is evaluated on them by ``scripts/evaluate.py``'s
-``evaluate_option`` with the ground truth unchanged (``HR_mod<s>``). Perturbations:
+of a pair (backbone, MCNet + backbone) is evaluated on them by
+``mcnet_basicsr.evaluation.evaluate_option`` with the ground truth unchanged (``HR_mod<s>``). Perturbations:
 
     none      the prepared LR (MATLAB bicubic of the mod-cropped HR, rounded to uint8)
     noise1/2/5  + Gaussian noise of std 1, 2, 5 (on 0..255) on every RGB value, rounded, clipped
@@ -24,7 +24,7 @@ distance to b. A number instead (``--eps-rms 0.002``) adds that variant on every
 
     python scripts/robustness.py                      # Set5 x2; SRCNN, RCAN, RCAN_compact pairs; GPU if present
     python scripts/robustness.py --quick              # first image, CPU, loose MCNet solver
-    python scripts/robustness.py --out docs/robustness.json --out-md docs/results.md
+    python scripts/robustness.py --out docs/records/robustness.json --out-md docs/results.md
 
 Pairs whose option files, weights or data are missing are reported as skipped, with the reason.
 ``--out`` writes {"dataset", "scale", "seed", "quick", "perturbations", "records", "skipped"};
@@ -37,26 +37,22 @@ import argparse
 import datetime
 import os
 import os.path as osp
-import sys
 import tempfile
 import zlib
 
 import cv2
 import numpy as np
 import torch
-import yaml
 from tqdm import tqdm
 
-REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
-sys.path.insert(0, REPO_ROOT)
-sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
-from evaluate import IMG_EXT, evaluate_option, in_repo_root, set_by_path  # noqa: E402
-from atomic_io import write_json  # noqa: E402
-from md_section import replace_section  # noqa: E402
-from reproduce_tables import QUICK_OVERRIDES, missing_inputs  # noqa: E402
+from mcnet_basicsr.evaluation import (QUICK_OVERRIDES, evaluate_option, in_directory, missing_inputs, read_option,
+                                      resolve_device)
+from mcnet_basicsr.ops import imresize
+from mcnet_basicsr.utils.color import rgb_to_ycbcr
+from mcnet_basicsr.utils.files import replace_section, write_json
+from mcnet_basicsr.utils.images import IMG_EXT
 
-from mcnet_basicsr.ops import imresize  # noqa: E402
-from mcnet_basicsr.utils.color import rgb_to_ycbcr  # noqa: E402
+REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 
 # (backbone key, label, backbone option, MCNet option); {s} is the scale
 PAIRS = (
@@ -145,12 +141,9 @@ def load_option(pattern, scale, dataset, gt_dir, lq_dir, overrides):
     path = pattern.format(s=scale)
     if not osp.isfile(path):
         return None, f'no option file {path}'
-    with open(path) as f:
-        opt = yaml.safe_load(f)
+    opt = read_option(path, overrides)
     if opt.get('scale') != scale:
         return None, f'{path}: scale {opt.get("scale")} is not {scale}'
-    for item in overrides:
-        set_by_path(opt, *item.split('=', 1))
     first = next(iter(opt['datasets'].values()))
     opt['datasets'] = {'test_1': {**first, 'name': dataset, 'dataroot_gt': gt_dir, 'dataroot_lq': lq_dir}}
     missing = missing_inputs(opt)
@@ -177,9 +170,9 @@ def run(dataset='Set5', scale=2, perturbations=tuple(PERTURBATIONS), pairs=PAIRS
         log=print):
     """Evaluate every pair on every perturbation. Returns (records, skipped) with skipped = [{backbone, reason}]."""
     if quick:
-        dev, limit = torch.device('cpu'), 1
+        dev, limit = resolve_device('cpu'), 1
     else:
-        dev = torch.device(('cuda' if torch.cuda.is_available() else 'cpu') if device == 'auto' else device)
+        dev = resolve_device(device)
     gt_dir = osp.join(data_root, dataset, f'HR_mod{scale}')
     lq_dir = osp.join(data_root, dataset, 'LR_bicubic', f'X{scale}')
     for d in (gt_dir, lq_dir):
@@ -304,7 +297,7 @@ def main(argv=None):
     data_root = osp.abspath(args.data_root)
     work_dir = osp.abspath(args.work_dir) if args.work_dir else None
     out, out_md = (osp.abspath(p) if p else None for p in (args.out, args.out_md))
-    with in_repo_root():
+    with in_directory(REPO_ROOT):
         records, skipped = run(args.dataset, args.scale, args.perturbations, pairs, data_root, work_dir, args.seed,
                                args.eps_rms, args.quick, args.limit, args.device, args.set_backbone, args.set_mcnet)
     result = {'dataset': args.dataset, 'scale': args.scale, 'seed': args.seed, 'quick': args.quick,

@@ -1,4 +1,4 @@
-"""Grid-search MCNet's initial beta with the untrained layer, on Set5 only (issue #5).
+"""Grid-search MCNet's initial beta with the untrained layer, on Set5 only.
 
 For each scale and each value of ``network_g.beta_init``, the MCNet test option file is evaluated
 with ``path.pretrain_network_g`` set to null, so the layer is the *untrained* one: the frozen
@@ -7,9 +7,9 @@ used (the selection set); Set14 stays a test set and is never read here. The pro
 ``scripts/evaluate.py`` (HR mod-crop, MATLAB-bicubic uint8 LR, uint8 outputs, Y-PSNR/SSIM with
 crop = scale, fidelity of the float output).
 
-    python scripts/search_beta.py                                   # default grid, x2/x3/x4, GPU if present
-    python scripts/search_beta.py --grid 0.005 0.01 0.02 --scales 2 --tol 1e-4
-    python scripts/search_beta.py --out docs/search_beta.json --out-md docs/results.md
+    python scripts/search_beta.py --denoiser-path DNCNN.pth          # default grid, x2/x3/x4, GPU if present
+    python scripts/search_beta.py --denoiser-path DNCNN.pth --grid 0.005 0.01 0.02 --scales 2 --tol 1e-4
+    python scripts/search_beta.py --denoiser-path DNCNN.pth --out search_beta.json --out-md results.md
 
 Prints a table (beta x scale -> PSNR and mean solver iterations) and the best beta per scale.
 ``--out`` writes a JSON object {"dataset", "option", "denoiser_path", "tol", "max_iter", "limit",
@@ -22,25 +22,16 @@ the file is kept).
 import argparse
 import datetime
 import os.path as osp
-import sys
 
-import torch
-import yaml
 from tqdm import tqdm
 
-REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
-sys.path.insert(0, REPO_ROOT)
-sys.path.insert(0, osp.abspath(osp.dirname(__file__)))
-from evaluate import check_set_items, evaluate_option, in_repo_root, set_by_path  # noqa: E402
-from atomic_io import write_json  # noqa: E402
-from md_section import replace_section  # noqa: E402
-from reproduce_tables import _rebase, missing_inputs  # noqa: E402
+from mcnet_basicsr.evaluation import (SELECTION_SET, add_selection_arguments, check_set_items, evaluate_option,
+                                      in_directory, load_selection_option, resolve_device)
+from mcnet_basicsr.utils.files import replace_section, write_json
 
-SELECTION_SET = 'Set5'
+REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 DEFAULT_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 DEFAULT_OPTION = 'options/test_mcnet_srcnn_x{scale}.yml'
-# the authors' DnCNN6 (sigma 0.00625-0.0125): scripts/fetch_assets.py dncnn6_authors
-DEFAULT_DENOISER = 'experiments/pretrained_models/dncnn6_authors_sigma_0.00625_0.01250.pth'
 MD_SECTION = 'search_beta'
 
 
@@ -54,41 +45,6 @@ def cell_overrides(beta, denoiser_path, tol=None, max_iter=None, extra=()):
     return out + list(extra)
 
 
-def load_cell(option_path, overrides, data_root):
-    """The option dict of one cell: overrides applied, datasets restricted to Set5, data under data_root."""
-    if not osp.isfile(option_path):
-        raise FileNotFoundError(f'no option file {option_path}')
-    with open(option_path) as f:
-        opt = yaml.safe_load(f)
-    if opt['network_g'].get('type') != 'MCNetArch':
-        raise ValueError(f'{option_path}: network_g.type is {opt["network_g"].get("type")!r}; beta_init is an '
-                         'option of MCNetArch only.')
-    for item in overrides:
-        set_by_path(opt, *item.split('=', 1))
-    names = [ds['name'] for ds in opt['datasets'].values()]
-    opt['datasets'] = {k: v for k, v in opt['datasets'].items() if v['name'] == SELECTION_SET}
-    if not opt['datasets']:
-        raise ValueError(f'{option_path}: no {SELECTION_SET} block in datasets (has {names}); the search uses '
-                         f'{SELECTION_SET} only.')
-    for ds in opt['datasets'].values():
-        for key in ('dataroot_gt', 'dataroot_lq'):
-            ds[key] = _rebase(ds[key], data_root)
-    missing = missing_inputs(opt)
-    if missing:
-        raise FileNotFoundError(f'{option_path}: missing {", ".join(missing)}')
-    return opt
-
-
-def add_selection_arguments(parser):
-    """The arguments of every script that selects on Set5 (this one, ``calibrate_beta.py``)."""
-    parser.add_argument('--limit', type=int, help='first N Set5 images (quick runs)')
-    parser.add_argument('--data-root', default='datasets', help='prepared data (the option files say datasets/)')
-    parser.add_argument('--device', default='auto', choices=['auto', 'cpu', 'cuda'])
-    parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
-                        help='further option override, dotted path, YAML value (repeatable)')
-    parser.add_argument('--out', help='write the JSON result here')
-
-
 def best_per_scale(records):
     """{scale: record} with the highest PSNR (the first of the grid on ties)."""
     best = {}
@@ -98,17 +54,17 @@ def best_per_scale(records):
     return best
 
 
-def search(option=DEFAULT_OPTION, scales=(2, 3, 4), grid=DEFAULT_GRID, denoiser_path=DEFAULT_DENOISER, tol=None,
+def search(denoiser_path, option=DEFAULT_OPTION, scales=(2, 3, 4), grid=DEFAULT_GRID, tol=None,
            max_iter=None, limit=None, data_root='datasets', device='cpu', extra=(), log=print):
     """Evaluate every (scale, beta) cell; returns the records (each with ``beta_init``)."""
-    device = torch.device(device)
+    device = resolve_device(device)
     cells = [(s, beta) for s in scales for beta in grid]
     records = []
     bar = tqdm(cells, desc='beta search', unit='cell')
     for s, beta in bar:
         bar.set_postfix_str(f'x{s} beta={beta:g}')
         overrides = cell_overrides(beta, denoiser_path, tol, max_iter, extra)
-        opt = load_cell(option.format(scale=s, s=s), overrides, data_root)
+        opt = load_selection_option(option.format(scale=s, s=s), overrides, data_root)
         (rec, ) = evaluate_option(opt, device, overrides, limit)
         rec['beta_init'] = float(beta)
         records.append(rec)
@@ -157,7 +113,9 @@ def main(argv=None):
                         f'{DEFAULT_OPTION} (in the repository)')
     parser.add_argument('--scales', type=int, nargs='+', default=[2, 3, 4])
     parser.add_argument('--grid', type=float, nargs='+', default=list(DEFAULT_GRID), help='beta_init values')
-    parser.add_argument('--denoiser-path', help=f'DnCNN checkpoint of the untrained layer. Default: {DEFAULT_DENOISER}')
+    parser.add_argument('--denoiser-path', required=True,
+                        help="DnCNN checkpoint of the untrained layer (e.g. the authors' DnCNN6 sigma 0.00625-0.0125 "
+                        'that the training option files start from)')
     parser.add_argument('--tol', type=float, help="forward solver tolerance (default: the option file's)")
     parser.add_argument('--max-iter', type=int, help="forward solver iteration cap (default: the option file's)")
     add_selection_arguments(parser)
@@ -166,15 +124,15 @@ def main(argv=None):
     check_set_items(parser, args.set)
     if any(b <= 0 for b in args.grid):
         parser.error(f'beta_init values must be > 0, got {args.grid}')
-    device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
+    device = resolve_device(args.device)
     # option files name their inputs relative to the repository root: paths given here are
     # relative to the caller's directory, the defaults to the repository
     option = osp.abspath(args.option) if args.option else DEFAULT_OPTION
-    denoiser = osp.abspath(args.denoiser_path) if args.denoiser_path else DEFAULT_DENOISER
+    denoiser = osp.abspath(args.denoiser_path)
     data_root = osp.abspath(args.data_root)
     out, out_md = (osp.abspath(p) if p else None for p in (args.out, args.out_md))
-    with in_repo_root():
-        records = search(option, args.scales, args.grid, denoiser, args.tol, args.max_iter, args.limit, data_root,
+    with in_directory(REPO_ROOT):
+        records = search(denoiser, option, args.scales, args.grid, args.tol, args.max_iter, args.limit, data_root,
                          device, args.set)
 
     best = best_per_scale(records)
@@ -193,7 +151,7 @@ def main(argv=None):
         print(f'wrote {out}')
     if out_md:
         replace_section(out_md, MD_SECTION, markdown(records, args.grid, args.scales, args.option or DEFAULT_OPTION,
-                                                     args.denoiser_path or DEFAULT_DENOISER, args.tol, args.max_iter,
+                                                     args.denoiser_path, args.tol, args.max_iter,
                                                      args.limit))
         print(f'wrote section "{MD_SECTION}" of {out_md}')
     return result

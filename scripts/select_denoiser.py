@@ -19,19 +19,15 @@ import argparse
 import glob
 import json
 import os.path as osp
-import sys
 
 import torch
 import yaml
 from tqdm import tqdm
 
-REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
-sys.path.insert(0, REPO_ROOT)
-sys.path.insert(0, osp.join(REPO_ROOT, 'scripts'))
-import mcnet_basicsr  # noqa: E402,F401
-import evaluate  # noqa: E402  (scripts/evaluate.py: the scripts folder is first on sys.path)
-from atomic_io import write_json  # noqa: E402
+from mcnet_basicsr.evaluation import check_set_items, evaluate_option, set_by_path
+from mcnet_basicsr.utils.files import write_json
 
+REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 OPTIONS = {'pnp': 'test_pnp_x{}.yml', 'mcnet': 'test_mcnet_srcnn_x{}.yml'}
 DEFAULT_DENOISER = '{depth: 6, num_feat: 64, bias: false, batch_norm: false, spectral_norm: true, lipschitz: 0.9}'
 
@@ -90,7 +86,7 @@ def build_option(method, scale, data_root, denoiser, iterations, extra_sets=()):
             net.setdefault('solver', {}).setdefault('forward', {})['max_iter'] = iterations
             overrides.append(f'network_g.solver.forward.max_iter={iterations}')
     for item in extra_sets:
-        evaluate.set_by_path(opt, *item.split('=', 1))
+        set_by_path(opt, *item.split('=', 1))
         overrides.append(item)
     return opt, overrides
 
@@ -106,7 +102,7 @@ def select(candidates, method='pnp', scale=2, data_root=None, denoiser=None, ite
     for path in tqdm(candidates, desc=f'{method} x{scale} Set5', unit='denoiser'):
         opt = yaml.safe_load(yaml.safe_dump(base))  # deep copy
         opt['network_g']['denoiser_path'] = path
-        (rec, ) = evaluate.evaluate_option(opt, device, overrides + [f'network_g.denoiser_path={path}'], limit)
+        (rec, ) = evaluate_option(opt, device, overrides + [f'network_g.denoiser_path={path}'], limit)
         rec['checkpoint'] = path
         records.append(rec)
         tqdm.write(f'{osp.basename(osp.dirname(osp.dirname(path))) or "."}/{osp.basename(path)}: '
@@ -133,7 +129,7 @@ def main(argv=None):
     denoiser = yaml.safe_load(args.denoiser)
     if not isinstance(denoiser, dict):
         parser.error(f'--denoiser must be a YAML mapping of DnCNN options, got {args.denoiser!r}')
-    evaluate.check_set_items(parser, args.set)
+    check_set_items(parser, args.set)
     try:
         candidates = expand_candidates(args.checkpoints)
     except FileNotFoundError as err:

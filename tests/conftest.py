@@ -19,6 +19,16 @@ import mcnet_basicsr_hook  # noqa: E402
 mcnet_basicsr_hook.install_torchvision_alias()
 
 
+def load_script(name):
+    """``scripts/<name>.py`` as a module, loaded from its file: scripts are command lines, not an importable
+    package, and nothing but tests loads them this way (to call ``main(argv)`` without a subprocess)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f'mcnet_script_{name}', REPO_ROOT / 'scripts' / f'{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def shared_path(*parts):
     """Path inside ../shared, or skip the test with the reason when it is not there."""
     path = SHARED.joinpath(*parts)

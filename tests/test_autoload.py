@@ -3,7 +3,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO_ROOT, make_venv
+
+pytestmark = pytest.mark.slow  # every test starts interpreters (and one a venv)
 
 PTH = 'mcnet_basicsr_autoload.pth'
 

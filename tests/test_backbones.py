@@ -402,6 +402,7 @@ def official_srcnn_checkpoints(tmp_path_factory, convert_weights):
     return {s: path for s, path in zip((2, 3, 4), paths)}
 
 
+@pytest.mark.slow
 @needs_shared
 @pytest.mark.parametrize('scale', [2, 3, 4])
 @torch.no_grad()

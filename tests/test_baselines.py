@@ -21,14 +21,14 @@ from basicsr.metrics import calculate_psnr
 from basicsr.utils import tensor2img
 from basicsr.utils.matlab_functions import imresize as imresize_basicsr
 
-from conftest import REPO_ROOT, SHARED, sample_photo, shared_path
+from conftest import REPO_ROOT, SHARED, load_script, sample_photo, shared_path
+from mcnet_basicsr import tables
+from mcnet_basicsr.evaluation import evaluate_option
 from mcnet_basicsr.archs.baselines_arch import TVTV, Bicubic, PnPADMM, _grad, _grad_adjoint
 from mcnet_basicsr.ops import build_operator, imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 
-sys.path.insert(0, str(REPO_ROOT / 'scripts'))
-import evaluate  # noqa: E402
-import reproduce_tables  # noqa: E402
+reproduce_tables = load_script('reproduce_tables')
 
 SRCNN_X2 = REPO_ROOT / 'experiments' / 'pretrained_models' / 'srcnn_955_imagenet_x2.pth'
 RYU = ('weights', 'dncnn_provable_pnp', 'DnCNN_noise15.pth')
@@ -121,10 +121,11 @@ def _option(path, root):
     return opt
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('scale', [2, 3, 4])
 def test_bicubic_set5_psnr(set5_root, scale):
     opt = _option(f'options/test_bicubic_x{scale}.yml', set5_root)
-    (rec, ) = evaluate.evaluate_option(opt, torch.device('cpu'))
+    (rec, ) = evaluate_option(opt, torch.device('cpu'))
     assert (rec['method'], rec['backbone'], rec['images'], rec['iterations']) == ('bicubic', 'none', 5, None)
     # evaluate's protocol (the output's Y rounded to uint8, BasicSR's float Y of the uint8 HR): within the tables
     # issue's +-0.02 of the literature (33.670 / 30.398 / 28.426) and within 0.015 of DESIGN.md's figures
@@ -178,6 +179,7 @@ def test_pnp_consistent_and_better_than_bicubic(photo):
     assert not net.denoiser.training  # BatchNorm keeps its running statistics
 
 
+@pytest.mark.slow
 def test_pnp_with_the_shipped_realsn_dncnn17(photo):
     """options/test_pnp_x2.yml as shipped (our RealSN-DnCNN17, no ../shared): consistent, far better than
     bicubic, and every convolution of the denoiser within its bound of 1."""
@@ -278,6 +280,7 @@ def test_tvtv_improves_srcnn(photo):
     assert psnr_y(out, hr, 2) > psnr_y(ref, hr, 2)  # 31.42 -> 31.52 dB
 
 
+@pytest.mark.slow
 # ------------------------------------------------------------------------------------ reproduce_tables
 def test_reproduce_tables_quick(tmp_path, monkeypatch):
     """--quick on one small image: the JSON has exactly the schema's keys and types."""
@@ -291,7 +294,7 @@ def test_reproduce_tables_quick(tmp_path, monkeypatch):
         ['--quick', '--data-root', str(tmp_path / 'data'), '--out-json', str(out_json), '--out-md', str(out_md)])
     data = json.loads(out_json.read_text())
     assert data == records and len(data) >= 1
-    keys = set(reproduce_tables.REQUIRED_KEYS) | set(reproduce_tables.EXTRA_KEYS)
+    keys = set(tables.REQUIRED_KEYS) | set(tables.EXTRA_KEYS)
     for r in data:
         assert set(r) == keys
         assert r['method'] in {'bicubic', 'pnp', 'backbone', 'tvtv', 'mcnet'}
@@ -317,8 +320,8 @@ def test_reproduce_tables_quick(tmp_path, monkeypatch):
         else:  # fixed iteration counts or none: nothing to converge
             assert r['converged'] is None and r['residual_max'] is None
     skipped_labels = {label for label, _, _ in skipped}
-    for method, backbone, weights, _ in reproduce_tables.ROWS:  # every row ran or says why not
-        label = reproduce_tables.row_label(method, backbone, weights)
+    for method, backbone, weights, _ in tables.ROWS:  # every row ran or says why not
+        label = tables.row_label(method, backbone, weights)
         assert ((method, backbone, weights) in by_method) != (label in skipped_labels), label
     md = out_md.read_text()
     assert 'QUICK SMOKE RUN' in md and 'Table 2' in md and 'Table 1' in md
@@ -330,3 +333,17 @@ def test_reproduce_tables_quick(tmp_path, monkeypatch):
     assert again == records
     assert {label for label, _, _ in skipped_again} == skipped_labels
     assert not [reason for _, _, reason in skipped_again if reason.startswith('no option file')]
+
+
+def test_tables_render_from_the_shipped_records(tmp_path):
+    """``reproduce_tables.py --from-json docs/records/results.json`` renders the numbers of docs/results_tables.md
+    (every table row; the skip list depends on which weights are here and is not compared)."""
+    out_md = tmp_path / 'tables.md'
+    reproduce_tables.main(['--from-json', str(REPO_ROOT / 'docs' / 'records' / 'results.json'),
+                           '--out-json', str(tmp_path / 'r.json'), '--out-md', str(out_md)])
+
+    def table_rows(text):
+        return [line for line in text.split('## Skipped')[0].splitlines() if line.startswith('|')]
+
+    rendered, shipped = table_rows(out_md.read_text()), table_rows((REPO_ROOT / 'docs' / 'results_tables.md').read_text())
+    assert len(rendered) > 50 and rendered == shipped

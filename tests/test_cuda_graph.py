@@ -1,4 +1,4 @@
-"""The solvers' CUDA-graph path (``SolverConfig.cuda_graph``, issue #8).
+"""The solvers' CUDA-graph path (``SolverConfig.cuda_graph``).
 
 Replaying captured iterations must give the eager loop's answer: the same per-sample stopping
 iterations, the same best iterates (to rounding), the same traces. The CUDA tests skip on a machine
@@ -10,7 +10,7 @@ import torch
 
 from mcnet_basicsr.deq import SolverConfig, anderson_solve, fixed_point_solve, implicit_fixed_point, solve
 
-from test_deq import _mixed_difficulty_map
+from test_anderson_reference import _mixed_difficulty_map
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason='needs a CUDA GPU (the CUDA-graph path only exists there)')

@@ -3,8 +3,11 @@ import subprocess
 import sys
 
 import cv2
+import pytest
 
 from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.slow  # runs the demo in a subprocess
 
 
 def test_demo_end_to_end(tmp_path):

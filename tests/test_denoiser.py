@@ -1,8 +1,6 @@
 """Denoiser training through BasicSR (CleanPatchDataset + DenoiserModel), the spectral bound of the
 trained net, its use by MCNetArch / PnPADMM, and scripts/select_denoiser.py."""
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +15,8 @@ import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from basicsr.data import build_dataset
 from basicsr.models import build_model
 from basicsr.utils import bgr2ycbcr
-from basicsr.utils.registry import DATASET_REGISTRY, MODEL_REGISTRY
 
-from conftest import REPO_ROOT, sample_photo
+from conftest import REPO_ROOT, load_script, sample_photo
 from mcnet_basicsr.archs.baselines_arch import PnPADMM
 from mcnet_basicsr.archs.dncnn_arch import DnCNN, jacobian_spectral_norm, load_dncnn
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
@@ -28,13 +25,6 @@ from mcnet_basicsr.models.denoiser_model import DenoiserModel
 
 PHOTOS = ('astronaut', 'coffee', 'chelsea')
 TINY = {'depth': 6, 'num_feat': 16, 'bias': False, 'batch_norm': False, 'spectral_norm': True, 'lipschitz': 0.9}
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / 'scripts' / f'{name}.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope='module')
@@ -49,11 +39,6 @@ def ws(tmp_path_factory):
                                           '2', '--eval-sets', 'Set5', '--train-sets', 'Set5', '--patch-size', '32',
                                           '--step', '32'])
     return root
-
-
-def test_registered():
-    assert DATASET_REGISTRY.get('CleanPatchDataset') is CleanPatchDataset
-    assert MODEL_REGISTRY.get('DenoiserModel') is DenoiserModel
 
 
 def _y(path):
@@ -155,6 +140,7 @@ def trained(ws):
     return exp, log
 
 
+@pytest.mark.slow
 def test_training_logs_and_improves(trained):
     exp, log = trained
     assert 'training noise sigma ~ U[0.05, 0.15]' in log
@@ -168,6 +154,7 @@ def test_training_logs_and_improves(trained):
     assert len(losses) == 8 and np.mean(losses[-3:]) < 0.85 * np.mean(losses[:3]), losses
 
 
+@pytest.mark.slow
 def test_trained_net_respects_the_spectral_bound(trained):
     exp, _ = trained
     raw = torch.load(exp / 'models/net_g_latest.pth', map_location='cpu')['params']
@@ -185,6 +172,7 @@ def test_trained_net_respects_the_spectral_bound(trained):
     assert set(raw) == set(net.state_dict())
 
 
+@pytest.mark.slow
 def test_checkpoint_loads_into_mcnet_and_pnp(trained):
     exp, _ = trained
     ckpt = str(exp / 'models/net_g_latest.pth')
@@ -199,6 +187,7 @@ def test_checkpoint_loads_into_mcnet_and_pnp(trained):
     assert out.shape == (1, 1, 24, 24) and torch.isfinite(out).all()
 
 
+@pytest.mark.slow
 def test_select_denoiser(trained, ws, tmp_path, capsys):
     exp, _ = trained
     select = load_script('select_denoiser')

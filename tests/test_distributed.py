@@ -17,6 +17,8 @@ import torch.multiprocessing as mp
 from conftest import REPO_ROOT
 from test_pipeline import dump_option, newest_log, tiny_train_option, workspace  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.slow  # multi-process training runs
+
 # `torchrun` is this module's console script; run it with this interpreter (a torchrun on PATH may be another's)
 TORCHRUN = [sys.executable, '-m', 'torch.distributed.run']
 needs_torchrun = pytest.mark.skipif(importlib.util.find_spec('torch.distributed.run') is None,

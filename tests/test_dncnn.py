@@ -405,6 +405,7 @@ def _noisy_patches(photos, n, size, sigma, g):
     return clean, clean + sigma * torch.randn(clean.shape, generator=g)
 
 
+@pytest.mark.slow
 def test_realsn_dncnn17_with_batchnorm_bounds_its_convolutions_and_learns():
     """SN + BN (the paper's PnP denoiser kind): every conv within its bound, no network guarantee
     claimed, and 17 such layers learn to denoise within a hundred CPU steps (the 17-layer net

@@ -1,4 +1,4 @@
-"""scripts/search_beta.py and scripts/calibrate_beta.py (issue #5) and scripts/robustness.py (issue #6) on a tiny Set5.
+"""scripts/search_beta.py, scripts/calibrate_beta.py and scripts/robustness.py on a tiny Set5.
 
 CPU only: a two-photo "Set5" (48x48 HR, scikit-image photos) is prepared in a temporary folder
 exactly as scripts/prepare_datasets.py lays it out; solvers are loose. Backbone weights: the
@@ -8,7 +8,6 @@ shipped MCNet+SRCNN x2 layer (a random DnCNN6 is nearly the identity, and with a
 layer's fixed point is P_S(w) whatever beta is, which would make the beta search meaningless).
 """
 import json
-import sys
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 
@@ -18,16 +17,16 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO_ROOT, SHARED, sample_photo
+from conftest import REPO_ROOT, SHARED, load_script, sample_photo
 from mcnet_basicsr.archs.dncnn_arch import DnCNN
+from mcnet_basicsr.evaluation import load_selection_option
 from mcnet_basicsr.ops import imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
+from mcnet_basicsr.utils.files import replace_section
 
-sys.path.insert(0, str(REPO_ROOT / 'scripts'))
-import calibrate_beta  # noqa: E402
-import md_section  # noqa: E402
-import robustness  # noqa: E402
-import search_beta  # noqa: E402
+calibrate_beta = load_script('calibrate_beta')
+robustness = load_script('robustness')
+search_beta = load_script('search_beta')
 
 SRCNN_X2 = REPO_ROOT / 'experiments' / 'pretrained_models' / 'srcnn_955_imagenet_x2.pth'
 SRCNN_X2_SHIPPED = REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'srcnn_x2.pth'
@@ -102,7 +101,7 @@ def test_search_beta_uses_set5_only(tmp_path):
     path = tmp_path / 'set14_only.yml'
     path.write_text(yaml.safe_dump(opt))
     with pytest.raises(ValueError, match='no Set5 block'):
-        search_beta.load_cell(str(path), [], str(tmp_path))
+        load_selection_option(str(path), [], str(tmp_path))
 
 
 # ------------------------------------------------------------------------------------------ calibrate_beta
@@ -163,6 +162,7 @@ def test_perturbations_deterministic(data_root):
         robustness.perturb('noise3', lr, hr, 2, np.random.default_rng(0))
 
 
+@pytest.mark.slow
 def test_robustness_quick(data_root, weights, tmp_path):
     srcnn, _ = weights
     out, md = tmp_path / 'rob.json', tmp_path / 'results.md'
@@ -240,9 +240,9 @@ def test_md_section_rejects_broken_markers(tmp_path):
     path = tmp_path / 'r.md'
     path.write_text('text\n<!-- x:end -->\n<!-- x:begin -->\n')
     with pytest.raises(ValueError, match='must appear once each'):
-        md_section.replace_section(str(path), 'x', 'body')
+        replace_section(str(path), 'x', 'body')
     assert path.read_text() == 'text\n<!-- x:end -->\n<!-- x:begin -->\n'
     new = tmp_path / 'new.md'
-    md_section.replace_section(str(new), 'x', 'one')
-    md_section.replace_section(str(new), 'x', 'two')
+    replace_section(str(new), 'x', 'one')
+    replace_section(str(new), 'x', 'two')
     assert new.read_text() == '<!-- x:begin -->\ntwo\n<!-- x:end -->\n'

@@ -206,6 +206,7 @@ def test_every_third_party_file_of_the_options_is_in_the_manifest():
     assert 'experiments/pretrained_models/srcnn_955_imagenet_x2.pth' in provided
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (SHARED / 'datasets' / 'Set5').exists(), reason='needs ../shared beside the repository '
                     '(the local copy --from reads); absent here')
 def test_from_shared_then_prepare_datasets(tmp_path):
@@ -233,6 +234,7 @@ def test_from_shared_then_prepare_datasets(tmp_path):
     assert len(list((root / 'datasets' / 'Set5' / 'LR_bicubic' / 'X3').glob('*.png'))) == 5
 
 
+@pytest.mark.slow
 def test_cli_errors(tmp_path):
     proc = subprocess.run([sys.executable, 'scripts/fetch_assets.py', '--root', str(tmp_path), 'Set6'],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)

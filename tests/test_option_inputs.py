@@ -9,6 +9,7 @@ from conftest import REPO_ROOT
 from mcnet_basicsr.assets import how_to_make, missing_option_inputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('entry', ['mcnet_basicsr/test.py', 'mcnet_basicsr/train.py', 'scripts/evaluate.py'])
 def test_missing_inputs_are_named_with_their_command(entry, tmp_path):
     name = 'train_mcnet_srcnn_x3.yml' if entry.endswith('train.py') else 'test_mcnet_srcnn_x3.yml'
@@ -30,6 +31,7 @@ def test_missing_inputs_are_named_with_their_command(entry, tmp_path):
     assert not (tmp_path / 'results').exists() and not (tmp_path / 'experiments').exists()
 
 
+@pytest.mark.slow
 def test_force_yml_paths_are_the_ones_checked(tmp_path):
     opt = tmp_path / 'opt.yml'
     hr = tmp_path / 'hr'

@@ -13,6 +13,8 @@ import yaml
 
 from conftest import REPO_ROOT, SHARED, make_venv, sample_photo
 
+pytestmark = pytest.mark.slow  # BasicSR training/testing runs, several in subprocesses
+
 PHOTOS = {'astronaut': (96, 120), 'coffee': (96, 96), 'chelsea': (120, 96), 'rocket': (96, 108)}
 
 
@@ -130,12 +132,11 @@ def test_train_checkpoint_resume_and_test(workspace):
     worst = float(line.split('max ')[1].split()[0])
     assert worst <= 1e-5, f'eps = 0 output not consistent: {line}'
 
-    # the same option file through scripts/evaluate.py (the tables' script): test_pipeline's psnr_y_uint8 line is
+    # the same option file through mcnet_basicsr.evaluation (the tables): test_pipeline's psnr_y_uint8 line is
     # the tables' number, and BasicSR's own '# psnr' (RGB rounded) is another one
-    sys.path.insert(0, str(REPO_ROOT / 'scripts'))
-    import evaluate
+    from mcnet_basicsr.evaluation import evaluate_option
     with open(test_path) as f:
-        record, = evaluate.evaluate_option(yaml.safe_load(f), torch.device('cpu'))
+        record, = evaluate_option(yaml.safe_load(f), torch.device('cpu'))
     line = next(ln for ln in log.splitlines() if 'psnr_y_uint8' in ln)
     psnr_y, ssim_y = float(line.split('psnr_y_uint8 ')[1].split()[0]), float(line.split('ssim_y_uint8 ')[1].split()[0])
     assert abs(psnr_y - record['psnr']) < 1e-3 and abs(ssim_y - record['ssim']) < 1e-4, (line, record)

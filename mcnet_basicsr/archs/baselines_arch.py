@@ -14,7 +14,7 @@ from torch import nn
 
 from mcnet_basicsr.deq import SolverStats
 from mcnet_basicsr.ops import build_operator, imresize
-from mcnet_basicsr.utils.color import rgb_to_ycbcr, ycbcr_to_rgb
+from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
 
 from .dncnn_arch import DnCNN, load_dncnn
 from .mcnet_arch import FrozenBackboneMixin, MCNetArch, check_eps_options, eps_repr
@@ -34,8 +34,7 @@ def _check_iterations(iterations):
 
 def _luma(lr):
     """Measurements ``b``: Y of the LR image in float64 (as MCNetArch.forward), or the 1-channel LR itself."""
-    lr64 = lr.double()
-    return rgb_to_ycbcr(lr64)[:, :1] if lr.shape[1] == 3 else lr64
+    return luma(lr.double())
 
 
 def _with_chroma(y, cbcr):
@@ -128,6 +127,7 @@ class PnPADMM(nn.Module):
     beta = 0.0
     # MCNet's pieces, used as they are: the ADMM map (with beta = 0) and the eps convention
     fixed_point_map = MCNetArch.fixed_point_map
+    denoise = MCNetArch.denoise
     consistency_radius = MCNetArch.consistency_radius
 
     def __init__(self, operator, denoiser=None, denoiser_path=None, iterations=30, rho=1.0, eps=None, eps_rms=None):

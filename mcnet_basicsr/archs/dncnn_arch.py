@@ -1,4 +1,3 @@
-import contextlib
 import math
 
 import torch
@@ -7,22 +6,15 @@ from basicsr.utils.registry import ARCH_REGISTRY
 from torch import nn
 
 from mcnet_basicsr.utils.checkpoint import read_checkpoint, strip_key_prefix
+from mcnet_basicsr.utils.precision import num_threads
 
 
-@contextlib.contextmanager
+# The exact spectral-norm estimate is hundreds of tiny (64 x 64) eigenproblems: threading them gains nothing (4.0 s
+# on one thread vs 5.2 s on two for a DnCNN17, measured on a 2-core machine), and where several trainings share a
+# host, each process's default of one thread per core oversubscribes it so badly that the estimates stalled training
+# for minutes (seen on a 16-core GPU host with 2 to 7 trainings). It runs on one thread, restored afterwards.
 def _one_cpu_thread():
-    """Run the enclosed CPU work on one intra-op thread.
-
-    The exact estimate is hundreds of tiny (64 x 64) eigenproblems: threading them gains nothing (4.0 s
-    on one thread vs 5.2 s on two for a DnCNN17, measured on a 2-core machine), and where several
-    trainings share a host, each process's default of one thread per core oversubscribes it so badly
-    that the estimates stalled training for minutes (seen on a 16-core GPU host with 2 to 7 trainings)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    return num_threads(1)
 
 
 class _SpectralNormConv2d(nn.Conv2d):

@@ -10,7 +10,9 @@ from torch import nn
 from mcnet_basicsr.deq import SolverConfig, implicit_fixed_point
 from mcnet_basicsr.ops import build_operator, eps_from_rms, imresize
 from mcnet_basicsr.utils.checkpoint import load_network
-from mcnet_basicsr.utils.color import rgb_to_ycbcr, ycbcr_to_rgb
+from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
+from mcnet_basicsr.utils.precision import tf32
+from mcnet_basicsr.utils.tiling import apply_tiled, mcnet_tile_overlaps, needs_tiling
 
 from .dncnn_arch import DnCNN, load_dncnn
 
@@ -137,11 +139,15 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             backward defaults to forward (less ``cuda_graph``, a forward-only speed-up: on CUDA with
             eps = 0 it replays the solver's iterations from CUDA graphs). Change at test time with
             :meth:`set_solver`.
-        allow_tf32 (bool): Leave TF32 on for cuDNN convolutions and CUDA matmuls. TF32 rounds
-            convolution inputs to 10-bit mantissas, a noise floor of about 1e-4 relative that keeps
-            the fixed-point residual from reaching the 1e-5 a correct implicit gradient needs (seen
-            on H200: forward stalls at 2e-5, backward at 3e-3). False (default) switches TF32 off
-            process-wide when the arch is built. Default: False.
+        allow_tf32 (bool): TF32 for cuDNN convolutions and CUDA matmuls during this arch's forward (the
+            flags are set for the forward and restored after it; training wraps its backward likewise, see
+            MCNetModel). TF32 rounds convolution inputs to 10-bit mantissas, a noise floor of about 1e-4
+            relative that keeps the fixed-point residual from reaching the 1e-5 a correct implicit gradient
+            needs (seen on H200: forward stalls at 2e-5, backward at 3e-3). Default: False.
+        tile (int | None): Run the backbone and the denoiser on ``tile`` x ``tile`` LR tiles (``tile * scale``
+            in HR) overlapping by their receptive field, so each tile's output is exactly the untiled one; the
+            fixed-point iteration and its projection run on the whole image. Not exact for backbones with
+            global pooling (RCAN). Default: None (whole images).
     """
 
     def __init__(self,
@@ -160,7 +166,8 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                  denoiser=None,
                  denoiser_path=None,
                  solver=None,
-                 allow_tf32=False):
+                 allow_tf32=False,
+                 tile=None):
         super().__init__()
         check_eps_options(eps, eps_rms)
         if not rho > 0:
@@ -170,9 +177,10 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         self._init_backbone(backbone, backbone_path, backbone_param_key, backbone_input, backbone_channels,
                             backbone_dtype, owner='MCNetArch')
 
-        if not allow_tf32:
-            torch.backends.cudnn.allow_tf32 = False
-            torch.backends.cuda.matmul.allow_tf32 = False
+        self.allow_tf32 = bool(allow_tf32)
+        if tile is not None and not (isinstance(tile, int) and tile > 0):
+            raise ValueError(f'tile must be a positive number of LR pixels or None, got {tile!r}.')
+        self.tile = tile
 
         self.operator = build_operator(dict(operator))
         self.scale = self.operator.scale
@@ -247,13 +255,30 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         ycbcr = rgb_to_ycbcr(out)
         return ycbcr[:, :1], ycbcr[:, 1:]
 
-    def fixed_point_map(self, w, b, eps):
+    def tile_overlaps(self):
+        """Overlaps in LR pixels (backbone, denoiser) of exact tiles (see ``tile``)."""
+        return mcnet_tile_overlaps(self.scale, self.backbone, self.backbone_input, self.denoiser)
+
+    def backbone_estimate(self, lr, tile=None):
+        """:meth:`run_backbone`, on ``tile`` x ``tile`` LR tiles when the image is larger."""
+        if not needs_tiling(lr, tile):
+            return self.run_backbone(lr)
+        return apply_tiled(self.run_backbone, lr, tile, self.tile_overlaps()[0], out_scale=self.scale)
+
+    def denoise(self, x, tile=None):
+        """The denoiser on ``x`` (HR), on tiles of ``tile`` LR pixels when ``x`` is larger."""
+        s = self.scale
+        if tile is None or not needs_tiling(x, tile * s):
+            return self.denoiser(x)
+        return apply_tiled(self.denoiser, x, tile * s, self.tile_overlaps()[1] * s)
+
+    def fixed_point_map(self, w, b, eps, tile=None):
         """F(z) for z = (x, lam) stacked on channels; closes over w, b and the parameters."""
         beta, rho, c = self.beta, self.rho, w.shape[1]
 
         def f(z):
             x, lam = z[:, :c], z[:, c:]
-            u = self.denoiser(x + lam)
+            u = self.denoise(x + lam, tile)
             x_new = self.operator.project((beta * w + rho * (u - lam)) / (beta + rho), b, eps)
             return torch.cat([x_new, lam + x_new - u], dim=1)
 
@@ -262,7 +287,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         f.capturable = not torch.is_tensor(eps) and eps == 0
         return f
 
-    def fixed_point_problem(self, w, b):
+    def fixed_point_problem(self, w, b, tile=None):
         """(F, z0, eps) of one solve: the map on ``z = (x, lam)``, its start ``(P_S(w), 0)`` and the radius.
 
         Refreshes the denoiser's spectral-norm estimate first, once per solve, so that F does not
@@ -272,9 +297,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         self.denoiser.update_spectral_norm()
         with torch.no_grad():
             x0 = self.operator.project(w, b, eps)
-        return self.fixed_point_map(w, b, eps), torch.cat([x0, torch.zeros_like(x0)], dim=1), eps
+        return self.fixed_point_map(w, b, eps, tile), torch.cat([x0, torch.zeros_like(x0)], dim=1), eps
 
-    def solve(self, w, b):
+    def solve(self, w, b, tile=None):
         """The implicit layer alone: x* from the backbone estimate w and LR measurements b (Y).
 
         ``b`` may be float64 (as :meth:`forward` passes it): the iterations run in ``w``'s dtype and
@@ -282,7 +307,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         limited by float32 rounding of ``b`` (about 1e-5 on a Set14-sized image).
         """
         b_exact, b = b, b.to(w.dtype)
-        f, z0, eps = self.fixed_point_problem(w, b)
+        f, z0, eps = self.fixed_point_problem(w, b, tile)
         z, fwd_stats, bwd = implicit_fixed_point(f, z0, self.forward_solver, self.backward_solver)
         self.last_stats = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
         x = z[:, :w.shape[1]]
@@ -297,10 +322,11 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
     def forward(self, lr):
         if lr.dim() != 4 or lr.shape[1] not in (1, 3):
             raise ValueError(f'MCNetArch expects LR images (N, 1 or 3, h, w); got shape {tuple(lr.shape)}.')
-        w, cbcr = self.run_backbone(lr)
-        lr64 = lr.double()
-        b = rgb_to_ycbcr(lr64)[:, :1] if lr.shape[1] == 3 else lr64
-        x = self.solve(w, b)
+        with tf32(self.allow_tf32):
+            w, cbcr = self.backbone_estimate(lr, self.tile)
+            lr64 = lr.double()
+            b = luma(lr64)
+            x = self.solve(w, b, self.tile)
         if cbcr is None:
             return x
         return ycbcr_to_rgb(torch.cat([x, cbcr], dim=1))

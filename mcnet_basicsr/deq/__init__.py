@@ -1,10 +1,10 @@
 """Deep-equilibrium utilities (plain torch): batched fixed-point solvers with
 per-sample stopping and an implicit-gradient fixed-point layer."""
-from .config import SolverConfig, SolverStats
+from .config import PRESETS, SolverConfig, SolverStats
 from .implicit import BackwardStatsHolder, ImplicitFixedPoint, implicit_fixed_point
 from .solvers import anderson_solve, fixed_point_solve, solve
 
 __all__ = [
-    'SolverConfig', 'SolverStats', 'anderson_solve', 'fixed_point_solve', 'solve', 'implicit_fixed_point',
+    'PRESETS', 'SolverConfig', 'SolverStats', 'anderson_solve', 'fixed_point_solve', 'solve', 'implicit_fixed_point',
     'ImplicitFixedPoint', 'BackwardStatsHolder'
 ]

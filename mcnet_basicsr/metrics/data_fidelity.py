@@ -3,7 +3,7 @@ import torch
 from basicsr.utils.registry import METRIC_REGISTRY
 
 from mcnet_basicsr.ops import build_operator
-from mcnet_basicsr.utils.color import rgb_to_ycbcr
+from mcnet_basicsr.utils.color import luma
 
 
 def _to_tensor(img, input_order='HWC'):
@@ -23,10 +23,6 @@ def _to_tensor(img, input_order='HWC'):
         arr = arr.transpose(2, 0, 1)
     t = torch.from_numpy(np.ascontiguousarray(arr)).unsqueeze(0)
     return t.flip(1) if t.shape[1] == 3 else t  # BGR -> RGB
-
-
-def _luma(t):
-    return rgb_to_ycbcr(t)[:, :1] if t.shape[1] == 3 else t
 
 
 def data_fidelity(x, b, operator):
@@ -60,10 +56,10 @@ def calculate_data_fidelity(img, img2, scale=None, lq=None, operator='bicubic', 
         raise ValueError('calculate_data_fidelity needs `scale` (the downsampling factor of A).')
     op_opt = {'type': operator, 'scale': scale} if isinstance(operator, str) else dict(operator, scale=scale)
     op = build_operator(op_opt)
-    x = _luma(_to_tensor(img, input_order))
+    x = luma(_to_tensor(img, input_order))
     if lq is not None:
-        b = _luma(_to_tensor(lq, input_order))
+        b = luma(_to_tensor(lq, input_order))
     else:  # the evaluation protocol: LR = uint8(A hr), round half up
         lr = torch.floor(op(_to_tensor(img2, input_order)).clamp(0, 1) * 255.0 + 0.5) / 255.0
-        b = _luma(lr)
+        b = luma(lr)
     return float(data_fidelity(x, b, op).mean())

@@ -7,7 +7,8 @@ from basicsr.utils.registry import MODEL_REGISTRY
 from torch.nn.parallel import DistributedDataParallel
 
 from mcnet_basicsr.metrics import y_uint8_metrics
-from mcnet_basicsr.utils.color import rgb_to_ycbcr
+from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr
+from mcnet_basicsr.utils.precision import tf32
 
 
 def build_optimizer(optim_type, params, lr, **kwargs):
@@ -92,11 +93,14 @@ class MCNetModel(SRModel):
 
     def optimize_parameters(self, current_iter):
         self.optimizer_g.zero_grad()
-        self.output = self.net_g(self.lq)
-        loss_dict = OrderedDict()
-        l_pix = self.cri_pix(self._loss_view(self.output), self._loss_view(self.gt))
-        loss_dict['l_pix'] = l_pix
-        l_pix.backward()
+        # the arch scopes TF32 to its forward; the implicit backward solve runs in l_pix.backward(), so the whole
+        # step runs under the arch's setting
+        with tf32(self.get_bare_model(self.net_g).allow_tf32):
+            self.output = self.net_g(self.lq)
+            loss_dict = OrderedDict()
+            l_pix = self.cri_pix(self._loss_view(self.output), self._loss_view(self.gt))
+            loss_dict['l_pix'] = l_pix
+            l_pix.backward()
         self.optimizer_g.step()
         self.log_dict = self.reduce_loss_dict(loss_dict)
         self.log_dict.update(self._solver_log())
@@ -127,8 +131,7 @@ class MCNetModel(SRModel):
         net = self.net_g_ema if hasattr(self, 'net_g_ema') else self.get_bare_model(self.net_g)
         # Y in float64, as scripts/evaluate.py takes it for the tables
         lq, out = self.lq.double(), self.output.double()
-        b = rgb_to_ycbcr(lq)[:, :1] if lq.shape[1] == 3 else lq
-        x = rgb_to_ycbcr(out)[:, :1] if out.shape[1] == 3 else out
+        b, x = luma(lq), luma(out)
         fidelity = net.operator.residual_norm(x, b)
         if hasattr(self, '_val_fidelity'):
             self._val_fidelity.extend(fidelity.tolist())

@@ -49,3 +49,11 @@ def ycbcr_to_rgb(x):
     matrix = (_YCBCR_TO_RGB * 255.0).to(x)
     offset = (_OFFSET / 255.0).view(1, 3, 1, 1).to(x)
     return torch.matmul((x - offset).permute(0, 2, 3, 1), matrix).permute(0, 3, 1, 2)
+
+
+def luma(x):
+    """The Y channel (BT.601) of RGB images, or one-channel images as they are: (N, 1, H, W), ``x``'s dtype.
+
+    The one definition of "the Y a metric or a measurement uses" (MCNetArch's ``b``, the data fidelity, the tables).
+    """
+    return rgb_to_ycbcr(x)[:, :1] if x.shape[1] == 3 else x

@@ -63,11 +63,6 @@ def load_resume_state(opt):
     return resume_state
 
 
-def patch_resume_for_cpu(train_module):
-    """Make ``train_module.train_pipeline`` use :func:`load_resume_state` (our entry point only)."""
-    train_module.load_resume_state = load_resume_state
-
-
 def init_dist(launcher, backend='nccl', **kwargs):
     """``basicsr.utils.dist_util.init_dist`` that also runs without CUDA (for tests and CPU machines).
 
@@ -97,10 +92,13 @@ def init_dist(launcher, backend='nccl', **kwargs):
     dist.init_process_group(backend='gloo', **kwargs)
 
 
-def patch_dist_for_cpu():
-    """Make BasicSR's ``parse_options`` use :func:`init_dist` (our entry points only)."""
+def patch_basicsr_for_cpu(train_module=None):
+    """Every patch BasicSR 1.4.2 needs to run without CUDA, in one place; only our entry points (train.py, test.py)
+    call it, so importing the package changes nothing in BasicSR."""
     from basicsr.utils import options
-    options.init_dist = init_dist
+    options.init_dist = init_dist  # BasicSR's calls torch.cuda.set_device and asks for nccl, both fail on a CPU
+    if train_module is not None:  # BasicSR's maps the state onto the current CUDA device and reads it from the cwd
+        train_module.load_resume_state = load_resume_state
 
 
 def destroy_dist():

@@ -1,0 +1,98 @@
+"""The repository's shape, read from its files (no imports run): no import cycles inside the package, scripts/
+as thin command lines that nothing imports and that import nothing of each other, and the size limits."""
+import ast
+
+from conftest import REPO_ROOT
+
+PACKAGE = REPO_ROOT / 'mcnet_basicsr'
+SCRIPTS = REPO_ROOT / 'scripts'
+
+
+def module_name(path):
+    parts = list(path.relative_to(REPO_ROOT).with_suffix('').parts)
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def imported_names(path):
+    """Absolute names of the modules a file imports (relative imports resolved; ``from a import b`` gives ``a.b``
+    and ``a``: ``b`` may be a module or a name in ``a``)."""
+    tree = ast.parse(path.read_text(encoding='utf-8'))
+    package = module_name(path) if path.name == '__init__.py' else module_name(path).rpartition('.')[0]
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                anchor = package.split('.')[:len(package.split('.')) - node.level + 1]
+                base = '.'.join(anchor + ([base] if base else []))
+            names.add(base)
+            names.update(f'{base}.{alias.name}' for alias in node.names)
+    return names
+
+
+def package_graph():
+    modules = {module_name(p): p for p in PACKAGE.rglob('*.py')}
+    return {name: sorted(n for n in imported_names(path) if n in modules and n != name)
+            for name, path in modules.items()}
+
+
+def find_cycle(graph):
+    """One import cycle as a list of modules, or None (a package importing its own submodules is no cycle)."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = 'open'
+        stack.append(node)
+        for nxt in graph[node]:
+            if node.startswith(nxt + '.'):  # a submodule naming its parent package: the parent is already loading
+                continue
+            if state.get(nxt) == 'open':
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 'done'
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_find_cycle_sees_a_cycle():
+    assert find_cycle({'a': ['b'], 'b': ['c'], 'c': ['a']}) == ['a', 'b', 'c', 'a']
+    assert find_cycle({'p': ['p.x'], 'p.x': ['p']}) is None
+
+
+def test_no_import_cycles_inside_the_package():
+    graph = package_graph()
+    assert 'mcnet_basicsr.evaluation' in graph and 'mcnet_basicsr.utils.checkpoint' in graph
+    assert find_cycle(graph) is None
+
+
+def test_scripts_are_command_lines_nothing_imports():
+    stems = {p.stem for p in SCRIPTS.glob('*.py')}
+    assert {'evaluate', 'benchmark', 'convert_weights'} <= stems
+    for path in sorted(SCRIPTS.glob('*.py')) + sorted(PACKAGE.rglob('*.py')):
+        names = {n.split('.')[0] for n in imported_names(path)}
+        assert not names & (stems | {'scripts'}), f'{path.relative_to(REPO_ROOT)} imports {sorted(names & stems)}'
+    for path in SCRIPTS.glob('*.py'):
+        assert 'sys.path' not in path.read_text(encoding='utf-8'), f'{path.name} edits sys.path'
+        assert "if __name__ == '__main__':" in path.read_text(encoding='utf-8'), f'{path.name} is not a command'
+
+
+def test_size_limits():
+    """scripts/ at most 2,000 lines; no code, test, option or markdown file over 500 lines (records are data)."""
+    lines = {p: len(p.read_text(encoding='utf-8').splitlines()) for ext in ('py', 'md', 'yml')
+             for p in REPO_ROOT.rglob(f'*.{ext}') if not {'.git', 'experiments', 'results', 'datasets',
+                                                         'tb_logger'} & set(p.relative_to(REPO_ROOT).parts)}
+    too_long = {str(p.relative_to(REPO_ROOT)): n for p, n in lines.items() if n > 500}
+    assert not too_long
+    assert sum(n for p, n in lines.items() if p.parent == SCRIPTS and p.suffix == '.py') <= 2000
