@@ -17,8 +17,7 @@ import argparse
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), osp.pardir)))
-from mcnet_basicsr.assets import AssetError, fetch, load_manifest, missing_outputs, select  # noqa: E402
+from mcnet_basicsr.assets import AssetError, fetch, load_manifest, missing_outputs, select
 
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 
