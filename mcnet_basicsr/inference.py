@@ -40,16 +40,13 @@ for a usage/set-up error (bad option, weights, device) before any image is proce
 overwritten without ``--force``, and every file is written under a temporary name in OUTDIR first.
 """
 import argparse
-import csv
 import glob
-import io
 import math
 import os
 import os.path as osp
 import re
 import sys
 import time
-from contextlib import contextmanager
 
 import cv2
 import numpy as np
@@ -63,8 +60,10 @@ from .pretrained import BACKBONES, build_pretrained_mcnet, default_eps_rms
 from .utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
 from .utils.color import luma, ycbcr_to_rgb
 from .utils.figure import compose_figure, to_u8_bgr
+from .utils.files import append_csv
 from .utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_gt, read_gt, read_image, split_image,
                                 to_array, write_atomic)
+from .utils.progress import solver_progress
 from .utils.tiling import global_ops, needs_tiling, tiles
 
 SCALES = (2, 3, 4)
@@ -371,7 +370,8 @@ def process_image(row, args, model, device, out_names, n_inputs):
     gt_arr = read_gt(gt_path, h * args.scale, w * args.scale, args.scale, colour.shape[1]) if gt_path else None
 
     colour = colour.to(device)
-    with solver_progress(model, device, args.iters, osp.basename(path)):
+    # on CUDA the solve is short, and iterations replayed from a CUDA graph would not tick a Python counter
+    with solver_progress(model, args.iters, f'{osp.basename(path)} solve', enabled=device.type == 'cpu'):
         result = super_resolve(model, colour, args.tile)
     sr = result['sr']
     if not bool(torch.isfinite(sr).all()):
@@ -394,60 +394,6 @@ def process_image(row, args, model, device, out_names, n_inputs):
     if cmp_path:
         write_atomic(cmp_path, fig_bytes, args.force)
         row['compare'] = cmp_path
-
-
-@contextmanager
-def solver_progress(model, device, max_iter, desc):
-    """A progress bar (stderr) ticking once per evaluation of the layer's fixed-point map, i.e. per solver
-    iteration, while the block runs. CPU only: on CUDA the solve is short and its iterations may be replayed from
-    a CUDA graph, which would not run the Python counter."""
-    if device.type != 'cpu':
-        yield
-        return
-    bar = tqdm(total=max_iter, desc=f'{desc} solve', unit='it', leave=False, disable=None, file=sys.stderr)
-    inner = model.fixed_point_map
-
-    def counting_map(*args, **kwargs):
-        f = inner(*args, **kwargs)
-
-        def counted(z):
-            bar.update(1)
-            return f(z)
-
-        counted.capturable = False  # a Python side effect: never captured into a graph
-        return counted
-
-    model.fixed_point_map = counting_map
-    try:
-        yield
-    finally:
-        del model.fixed_point_map
-        bar.close()
-
-
-def write_summary(rows, outdir):
-    """Append ``rows`` to OUTDIR/summary.csv, keeping what earlier runs wrote; returns the file written.
-
-    The file is rewritten atomically (old rows + new rows), so an interrupted write loses nothing. A summary.csv
-    whose header is not ours is not touched: the rows go to the first free summary_<n>.csv instead.
-    """
-    header = ','.join(SUMMARY_FIELDS) + '\n'
-    path, n = osp.join(outdir, 'summary.csv'), 1
-    while osp.exists(path):
-        with open(path, encoding='utf-8', newline='') as f:
-            old = f.read()
-        if old.startswith(header):
-            break
-        n += 1
-        path = osp.join(outdir, f'summary_{n}.csv')
-    else:
-        old = header
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=SUMMARY_FIELDS, extrasaction='ignore', lineterminator='\n')
-    for row in rows:
-        writer.writerow({k: (f'{v:.6g}' if isinstance(v, float) else v) for k, v in row.items()})
-    write_atomic(path, (old + buf.getvalue()).encode('utf-8'), force=True)
-    return path
 
 
 def _error(msg):
@@ -502,7 +448,7 @@ def run(args, models=None):
                    f'{row["iterations"]} iters, residual {row["solver_residual"]:.2e}, '
                    f'||Ax-b|| {row["fidelity"]:.2e} float, {row["fidelity_saved"]:.2e} saved {row["bit_depth"]}-bit'
                    f'{psnr_txt}{tiles_txt}, {row["seconds"]:.2f} s')
-    summary = write_summary(rows, args.output)
+    summary = append_csv(args.output, 'summary', SUMMARY_FIELDS, rows)
     print(f'{len(rows) - failed} of {len(rows)} image(s) done, {failed} failed; summary: {summary}', flush=True)
     return 1 if failed else 0
 

@@ -351,7 +351,7 @@ def test_summary_keeps_earlier_runs(tmp_path, capsys):
 def test_console_shows_psnr_both_fidelities_and_solver_progress(tmp_path, capsys, monkeypatch):
     from tqdm import tqdm
 
-    import mcnet_basicsr.inference as inference
+    import mcnet_basicsr.utils.progress as progress
     bars = []
 
     class RecordingBar(tqdm):
@@ -361,7 +361,7 @@ def test_console_shows_psnr_both_fidelities_and_solver_progress(tmp_path, capsys
             super().__init__(*args, **kwargs)
             bars.append(self)
 
-    monkeypatch.setattr(inference, 'tqdm', RecordingBar)
+    monkeypatch.setattr(progress, 'tqdm', RecordingBar)
     hr = photo('astronaut', 64, 60)
     img = write(tmp_path / 'lr' / 'astro.png', lr_from(hr, 2))
     write(tmp_path / 'gt' / 'astro.png', hr)
