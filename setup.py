@@ -16,7 +16,7 @@ setup(
     packages=find_packages(include=['mcnet_basicsr', 'mcnet_basicsr.*']),
     py_modules=['mcnet_basicsr_hook'],
     include_package_data=True,
-    package_data={'mcnet_basicsr': ['weights/*.pth', 'weights/*.md']},
+    package_data={'mcnet_basicsr': ['weights/*.pth', 'weights/*.md', 'assets.yml']},
     python_requires='>=3.9',
     install_requires=[
         'basicsr==1.4.2',

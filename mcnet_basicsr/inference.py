@@ -12,8 +12,14 @@ INPUT: files, folders (their PNG/JPEG/BMP/TIFF files, not recursive) or glob pat
 gray, gray+alpha, RGB or RGBA. Colour goes through MCNet (the implicit layer on Y, CbCr from the
 backbone path, exactly :meth:`MCNetArch.forward`), gray is treated as Y, alpha is upscaled with
 MATLAB bicubic and clipped. Each result is written as a PNG ``<stem>_x<s>.png`` with the bit depth
-and channel layout of its input; ``summary.csv`` in OUTDIR gets one row per input (failed ones with
-their error) and is replaced by every run.
+and channel layout of its input. ``summary.csv`` in OUTDIR gets one row per input (failed ones with
+their error) appended to the rows of earlier runs, which are kept (column ``run``: when the run started);
+a ``summary.csv`` with other columns is left alone and the rows go to the next free ``summary_<n>.csv``.
+
+Console: a solver progress bar per image on the CPU (stderr), then one line per image with the
+solver's iterations and residual, ``||Ax-b||`` of the float result and of the saved file (its rounding
+to 8/16 bit makes the second larger), and with ``--compare --gt`` the Y-PSNRs of bicubic, the backbone
+and MCNet.
 
 Consistency: the float result ``x`` satisfies ``||A x - b||_2 <= eps`` (Y in [0, 1], ``A`` = MATLAB
 bicubic downscaling, ``b`` = Y of the LR image; eps = 0 unless ``--eps-rms``); the tool reports that
@@ -34,9 +40,7 @@ for a usage/set-up error (bad option, weights, device) before any image is proce
 overwritten without ``--force``, and every file is written under a temporary name in OUTDIR first.
 """
 import argparse
-import csv
 import glob
-import io
 import math
 import os
 import os.path as osp
@@ -56,15 +60,17 @@ from .pretrained import BACKBONES, build_pretrained_mcnet, default_eps_rms
 from .utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
 from .utils.color import luma, ycbcr_to_rgb
 from .utils.figure import compose_figure, to_u8_bgr
+from .utils.files import append_csv
 from .utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_gt, read_gt, read_image, split_image,
                                 to_array, write_atomic)
+from .utils.progress import solver_progress
 from .utils.tiling import global_ops, needs_tiling, tiles
 
 SCALES = (2, 3, 4)
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
 MIN_TILE = 8  # smallest --tile (LR pixels)
 BACKBONE_NAMES = {'srcnn': 'SRCNN', 'rcan_compact': 'compact RCAN', 'rdn_compact': 'compact RDN'}
-SUMMARY_FIELDS = ('input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
+SUMMARY_FIELDS = ('run', 'input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
                   'bit_depth', 'scale', 'tiles', 'iterations', 'solver_residual', 'eps', 'fidelity', 'fidelity_saved',
                   'psnr_bicubic', 'psnr_backbone', 'psnr_mcnet', 'seconds')
 
@@ -86,7 +92,10 @@ def build_parser():
         description='Measurement-consistent super-resolution (MCNet): the output x satisfies '
         '||A x - b||_2 <= eps exactly (A = MATLAB bicubic downscaling, b = Y of the input).')
     p.add_argument('inputs', nargs='+', metavar='INPUT', help='image files, folders or glob patterns')
-    p.add_argument('-o', '--output', required=True, metavar='OUTDIR', help='output folder (created if missing)')
+    p.add_argument('-o', '--output', required=True, metavar='OUTDIR',
+                   help='output folder (created if missing); its summary.csv gets one row per input appended, '
+                   'rows of earlier runs are kept (a summary.csv with other columns is left alone: the rows go to '
+                   'summary_<n>.csv)')
     p.add_argument('--scale', required=True, type=int, metavar='{2,3,4}', help='upscaling factor')
     p.add_argument('--backbone', default='srcnn', choices=BACKBONES,
                    help='shipped backbone and its layer: our SRCNN (default), or our compact RCAN / RDN (stronger; '
@@ -361,7 +370,9 @@ def process_image(row, args, model, device, out_names, n_inputs):
     gt_arr = read_gt(gt_path, h * args.scale, w * args.scale, args.scale, colour.shape[1]) if gt_path else None
 
     colour = colour.to(device)
-    result = super_resolve(model, colour, args.tile)
+    # on CUDA the solve is short, and iterations replayed from a CUDA graph would not tick a Python counter
+    with solver_progress(model, args.iters, f'{osp.basename(path)} solve', enabled=device.type == 'cpu'):
+        result = super_resolve(model, colour, args.tile)
     sr = result['sr']
     if not bool(torch.isfinite(sr).all()):
         raise ImageError('the result contains NaN/inf values (check the weights)')
@@ -383,17 +394,6 @@ def process_image(row, args, model, device, out_names, n_inputs):
     if cmp_path:
         write_atomic(cmp_path, fig_bytes, args.force)
         row['compare'] = cmp_path
-
-
-def write_summary(rows, outdir):
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=SUMMARY_FIELDS, extrasaction='ignore', lineterminator='\n')
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: (f'{v:.6g}' if isinstance(v, float) else v) for k, v in row.items()})
-    path = osp.join(outdir, 'summary.csv')
-    write_atomic(path, buf.getvalue().encode('utf-8'), force=True)
-    return path
 
 
 def _error(msg):
@@ -419,11 +419,12 @@ def run(args, models=None):
     os.makedirs(args.output, exist_ok=True)
 
     rows, failed, out_names = [], 0, {}
+    run_started = time.strftime('%Y-%m-%dT%H:%M:%S%z')
     n_images = sum(err is None for _, err in inputs)
     bar = tqdm(inputs, desc='mcnet-sr', unit='img', disable=None, file=sys.stderr)
     for path, err in bar:
         start = time.perf_counter()
-        row = {'input': path, 'scale': args.scale}
+        row = {'run': run_started, 'input': path, 'scale': args.scale}
         rows.append(row)
         try:
             if err is not None:
@@ -439,10 +440,15 @@ def run(args, models=None):
             continue
         row.update(status='ok', seconds=time.perf_counter() - start)
         tiles_txt = f', {row["tiles"]} tiles' if row['tiles'] > 1 else ''
+        psnr_txt = ''
+        if row.get('psnr_mcnet') is not None:
+            psnr_txt = (f', Y-PSNR bicubic {row["psnr_bicubic"]:.2f} / {BACKBONE_NAMES[args.backbone]} '
+                        f'{row["psnr_backbone"]:.2f} / MCNet {row["psnr_mcnet"]:.2f} dB')
         tqdm.write(f'{path}: {row["in_w"]}x{row["in_h"]} -> {row["out_w"]}x{row["out_h"]}, '
                    f'{row["iterations"]} iters, residual {row["solver_residual"]:.2e}, '
-                   f'||Ax-b|| {row["fidelity"]:.2e}{tiles_txt}, {row["seconds"]:.2f} s')
-    summary = write_summary(rows, args.output)
+                   f'||Ax-b|| {row["fidelity"]:.2e} float, {row["fidelity_saved"]:.2e} saved {row["bit_depth"]}-bit'
+                   f'{psnr_txt}{tiles_txt}, {row["seconds"]:.2f} s')
+    summary = append_csv(args.output, 'summary', SUMMARY_FIELDS, rows)
     print(f'{len(rows) - failed} of {len(rows)} image(s) done, {failed} failed; summary: {summary}', flush=True)
     return 1 if failed else 0
 

@@ -13,7 +13,8 @@ writes a JSON record and a markdown table:
     python scripts/benchmark_ddp.py --opt options/train_mcnet_srcnn_x2.yml --iters 60 --total-batch 32 --gpus 1 2
 
 Needs the data and weights the option file names (``datasets/T91`` LMDBs, ``datasets/Set5``,
-``experiments/pretrained_models/srcnn_955_imagenet_x2.pth``, the DnCNN under ``../shared``).
+``experiments/pretrained_models/srcnn_955_imagenet_x2.pth``, ``mcnet_basicsr/weights/dncnn6_sigma_*.pth``;
+``scripts/fetch_assets.py`` and ``scripts/prepare_datasets.py`` make the third-party ones).
 ``--set key:path=value`` passes more BasicSR ``--force_yml`` overrides (e.g. data roots).
 """
 import argparse

@@ -8,6 +8,7 @@ The protocol and the record keys are documented in ``mcnet_basicsr.evaluation``.
 """
 import argparse
 
+from mcnet_basicsr.assets import exit_if_inputs_missing
 from mcnet_basicsr.evaluation import check_set_items, evaluate_option, read_option, resolve_device
 from mcnet_basicsr.utils.files import read_json_list, write_json
 
@@ -24,11 +25,15 @@ def main(argv=None):
     args = parser.parse_args(argv)
     check_set_items(parser, args.set)
     device = resolve_device(args.device)
-    all_records = []
+    opts = []
     for path in args.opt:
         opt = read_option(path, args.set)
         if args.datasets:
             opt['datasets'] = {k: v for k, v in opt['datasets'].items() if v['name'] in args.datasets}
+        exit_if_inputs_missing(opt, path)  # every file checked before the first (long) evaluation
+        opts.append(opt)
+    all_records = []
+    for opt in opts:
         records = evaluate_option(opt, device, args.set, args.limit)
         for r in records:
             print(f"{r['option']:28s} {r['dataset']:6s} x{r['scale']}  PSNR {r['psnr']:.3f}  SSIM {r['ssim']:.4f}  "

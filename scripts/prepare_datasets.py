@@ -8,14 +8,16 @@ basicsr's lmdb utilities (meta_info.txt included), for ``PairedImageDataset`` wi
 ``io_backend: {type: lmdb}``:
     <root>/<Name>/<Name>_HR_sub_x<s>.lmdb  and  <root>/<Name>/<Name>_LR_sub_x<s>.lmdb
 
-HR images are read from <src>/<Name>/HR (default <src> = <root>). Gray images become 3 identical channels, an alpha
+HR images are read from <src>/<Name>/HR (default <src> = <root>, where scripts/fetch_assets.py puts
+them: datasets/<Name>/HR). Gray images become 3 identical channels, an alpha
 channel is dropped. Re-running with the same settings does nothing; different settings or
 foreign content in an output folder is refused unless --force is given. Outputs are written to a
 temporary name and renamed when complete, so an interrupted run leaves nothing half-written.
 
-    python scripts/prepare_datasets.py --src SRC
-    python scripts/prepare_datasets.py --src SRC --train-sets T91 BSD200 --scales 2
-    python scripts/prepare_datasets.py --src SRC --train-sets T91+BSD200   # one union LMDB
+    python scripts/fetch_assets.py Set5 Set14 T91 BSD200     # datasets/<Name>/HR
+    python scripts/prepare_datasets.py                       # Set5, Set14 (x2/x3/x4) + T91 LMDBs
+    python scripts/prepare_datasets.py --train-sets T91 BSD200 --scales 2
+    python scripts/prepare_datasets.py --train-sets T91+BSD200   # one union LMDB
 """
 import argparse
 import hashlib

@@ -2,7 +2,7 @@
 only and keep the one with the highest mean Y-PSNR (evaluation protocol of scripts/evaluate.py).
 
     python scripts/select_denoiser.py "experiments/train_DnCNN6_sigma_*/models/net_g_latest.pth" \
-        ../shared/weights/sr_mcnet_official/dncnn6_realsn_relu/*.pth --scale 2 --out results/select_x2.json
+        "experiments/pretrained_models/dncnn6_authors_sigma_*.pth" --scale 2 --out results/select_x2.json
     python scripts/select_denoiser.py experiments/train_DnCNN17_SN_sigma_0.04000_0.08000/models/net_g_latest.pth \
         --denoiser "{depth: 17, spectral_norm: true, batch_norm: false}"
     python scripts/select_denoiser.py "experiments/train_DnCNN6_sigma_*/models/net_g_latest.pth" --method mcnet

@@ -51,6 +51,25 @@ def sample_photo(name, size=None):
     return np.ascontiguousarray(img)
 
 
+def make_venv(path):
+    """A real virtual environment at ``path`` that sees this interpreter's packages; returns its python.
+
+    ``--system-site-packages`` exposes the base interpreter's site-packages; when the tests themselves run in a
+    venv, its site-packages are added as plain path lines (not site directories, so none of their ``.pth``
+    start-up hooks run in the new environment). User site-packages stay as Python sets them for a venv.
+    """
+    import subprocess
+    import sysconfig
+    subprocess.run([sys.executable, '-m', 'venv', '--system-site-packages', '--without-pip', str(path)], check=True,
+                   capture_output=True, timeout=300)
+    python = path / ('Scripts/python.exe' if sys.platform == 'win32' else 'bin/python')
+    purelib = subprocess.run([str(python), '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    outer = dict.fromkeys(sysconfig.get_paths()[k] for k in ('purelib', 'platlib'))
+    Path(purelib, 'outer_site_packages.pth').write_text(''.join(f'{p}\n' for p in outer))
+    return python
+
+
 @pytest.fixture
 def shared():
     return shared_path()

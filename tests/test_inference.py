@@ -317,3 +317,62 @@ def test_compact_backbones(tmp_path, capsys):
     code = cli(img, '-o', tmp_path / 'bad', '--scale', 2, '--backbone', 'rdn_compact', '--backbone-weights',
                weight_path('srcnn_x2.pth'))
     assert code == 2 and 'does not fit the compact RDN backbone' in _one_error_line(capsys.readouterr().err)
+
+
+# ------------------------------------------------------------------------------------ records and console
+def test_summary_keeps_earlier_runs(tmp_path, capsys):
+    """A second run into the same folder appends its rows: the first run's record is still there, unchanged."""
+    a = write(tmp_path / 'in' / 'a.png', photo('astronaut', 24, 28))
+    b = write(tmp_path / 'in' / 'b.png', photo('coffee', 26, 24))
+    out = tmp_path / 'out'
+    assert cli(a, '-o', out, '--scale', 2, *FAST) == 0
+    first = (out / 'summary.csv').read_text()
+    assert cli(b, a, '-o', out, '--scale', 2, *FAST) == 1  # a_x2.png exists: that row is an error
+    text = (out / 'summary.csv').read_text()
+    assert text.startswith(first), 'the first run\'s rows were rewritten'
+    with open(out / 'summary.csv', newline='') as f:
+        rows = list(csv.DictReader(f))
+    assert [(Path(r['input']).name, r['status']) for r in rows] == [('a.png', 'ok'), ('b.png', 'ok'),
+                                                                     ('a.png', 'error')]
+    assert all(r['run'] for r in rows) and rows[1]['run'] == rows[2]['run']
+
+    # someone else's summary.csv is left alone; the rows go to a new numbered file, which the tool names
+    other = tmp_path / 'other'
+    other.mkdir()
+    (other / 'summary.csv').write_text('my own notes\n')
+    capsys.readouterr()
+    assert cli(b, '-o', other, '--scale', 2, *FAST) == 0
+    assert (other / 'summary.csv').read_text() == 'my own notes\n'
+    assert 'summary_2.csv' in capsys.readouterr().out
+    with open(other / 'summary_2.csv', newline='') as f:
+        assert [Path(r['input']).name for r in csv.DictReader(f)] == ['b.png']
+
+
+def test_console_shows_psnr_both_fidelities_and_solver_progress(tmp_path, capsys, monkeypatch):
+    from tqdm import tqdm
+
+    import mcnet_basicsr.utils.progress as progress
+    bars = []
+
+    class RecordingBar(tqdm):
+
+        def __init__(self, *args, **kwargs):
+            kwargs['disable'] = False  # the test's stderr is not a terminal
+            super().__init__(*args, **kwargs)
+            bars.append(self)
+
+    monkeypatch.setattr(progress, 'tqdm', RecordingBar)
+    hr = photo('astronaut', 64, 60)
+    img = write(tmp_path / 'lr' / 'astro.png', lr_from(hr, 2))
+    write(tmp_path / 'gt' / 'astro.png', hr)
+    out = tmp_path / 'out'
+    assert cli(img, '-o', out, '--scale', 2, '--compare', '--gt', tmp_path / 'gt', *FAST) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(str(img)))
+    row = read_summary(out)[str(img)]
+    assert f'MCNet {float(row["psnr_mcnet"]):.2f} dB' in line and f'bicubic {float(row["psnr_bicubic"]):.2f}' in line
+    fid_float, fid_saved = (float(line.split('||Ax-b|| ')[1].split(' float')[0]),
+                            float(line.split(' float, ')[1].split(' saved 8-bit')[0]))
+    assert fid_float == pytest.approx(float(row['fidelity']), rel=1e-2)
+    assert fid_saved == pytest.approx(float(row['fidelity_saved']), rel=1e-2) and fid_saved > fid_float
+    solve = [bar for bar in bars if bar.desc == 'astro.png solve']
+    assert len(solve) == 1 and solve[0].n >= int(row['iterations']) >= 1, [(b.desc, b.n) for b in bars]

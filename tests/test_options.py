@@ -133,3 +133,21 @@ def test_pretrained_compact_options_match_the_option_files(name, scale):
         opt = _load(next(p for p in OPTIONS if p.name == f'{kind}_{name}_x{scale}.yml'))['network_g']
         block = opt if kind == 'test' else opt['backbone']
         assert compact_backbone_options(name, scale) == block, kind
+
+
+@pytest.mark.parametrize('name', sorted(p.name for p in OPTIONS if p.name.startswith('train_mcnet_')))
+def test_training_options_start_from_a_shipped_dncnn6(name):
+    """MCNet training runs from a clean clone: its starting denoiser is one the package ships (trained by
+    options/train_dncnn6_sigma_*.yml), and that checkpoint fits the option file's denoiser strictly."""
+    opt = _load(next(p for p in OPTIONS if p.name == name))
+    path = opt['network_g']['denoiser_path']
+    match = re.fullmatch(r'mcnet_basicsr/weights/dncnn6_sigma_([0-9.]+_[0-9.]+)\.pth', path)
+    assert match, path
+    assert (OPTIONS[0].parent / f'train_dncnn6_sigma_{match.group(1)}.yml').is_file()
+    shipped = WEIGHTS / Path(path).name
+    if not shipped.is_file():
+        pytest.skip(f'{shipped} is not in this checkout yet (made by options/train_dncnn6_sigma_{match.group(1)}.yml)')
+    net_opt = _random_network_options(opt)
+    net_opt['denoiser_path'] = str(shipped)
+    net = ARCH_REGISTRY.get(net_opt.pop('type'))(**net_opt)  # load_dncnn is strict
+    assert isinstance(net, torch.nn.Module)

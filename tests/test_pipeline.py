@@ -11,15 +11,15 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO_ROOT, SHARED, sample_photo
+from conftest import REPO_ROOT, SHARED, make_venv, sample_photo
 
 pytestmark = pytest.mark.slow  # BasicSR training/testing runs, several in subprocesses
 
 PHOTOS = {'astronaut': (96, 120), 'coffee': (96, 96), 'chelsea': (120, 96), 'rocket': (96, 108)}
 
 
-def run(args, cwd=None, env=None, check=True):
-    proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+def run(args, cwd=None, env=None, check=True, python=sys.executable):
+    proc = subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f'{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}')
     return proc
@@ -164,9 +164,11 @@ def test_test_pipeline_on_set5(workspace, tmp_path):
 
 
 def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
-    """A BasicSR checkout's basicsr/train.py and test.py run our option files once the hook is installed."""
+    """A BasicSR checkout's basicsr/train.py and test.py run our option files once the hook is installed, in a
+    real virtual environment (where user site-packages are off, so the hook goes into the venv itself)."""
     import basicsr
     ws = workspace
+    python = make_venv(tmp_path / 'venv')
     checkout = tmp_path / 'BasicSR'
     (checkout / 'basicsr').mkdir(parents=True)
     for script in ('train.py', 'test.py'):
@@ -175,24 +177,26 @@ def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
     opt_path = dump_option(tiny_train_option(ws, total_iter=2, name='e2e_basicsr_script'), tmp_path / 'train.yml')
 
     # without the hook, BasicSR 1.4.2 does not even import on this torchvision (nor know our types)
-    proc = run([str(checkout / 'basicsr' / 'train.py'), '-opt', opt_path], cwd=checkout, env=env, check=False)
+    proc = run([str(checkout / 'basicsr' / 'train.py'), '-opt', opt_path], cwd=checkout, env=env, check=False,
+               python=python)
     assert proc.returncode != 0
 
-    run(['-m', 'mcnet_basicsr.autoload', 'install', '--user'], env=env)
+    run(['-m', 'mcnet_basicsr.autoload', 'install'], env=env, python=python)
     # costs nothing to programs that never import basicsr: neither torch nor our package is loaded
     proc = run(['-c', 'import sys; print(sorted(m for m in ("torch", "basicsr", "mcnet_basicsr") if m in sys.modules))'],
-               env=env)
+               env=env, python=python)
     assert proc.stdout.strip() == '[]'
 
-    run([str(checkout / 'basicsr' / 'train.py'), '-opt', opt_path], cwd=checkout, env=env)
+    run([str(checkout / 'basicsr' / 'train.py'), '-opt', opt_path], cwd=checkout, env=env, python=python)
     models = checkout / 'experiments' / 'e2e_basicsr_script' / 'models'
     assert (models / 'net_g_2.pth').is_file()
     test_path = dump_option(tiny_test_option(ws, models / 'net_g_latest.pth', 'e2e_basicsr_test'), tmp_path / 't.yml')
-    run([str(checkout / 'basicsr' / 'test.py'), '-opt', test_path], cwd=checkout, env=env)
+    run([str(checkout / 'basicsr' / 'test.py'), '-opt', test_path], cwd=checkout, env=env, python=python)
     assert '# psnr:' in newest_log(checkout / 'results' / 'e2e_basicsr_test', 'test')
 
-    run(['-m', 'mcnet_basicsr.autoload', 'uninstall', '--user'], env=env)
-    proc = run([str(checkout / 'basicsr' / 'test.py'), '-opt', test_path], cwd=checkout, env=env, check=False)
+    run(['-m', 'mcnet_basicsr.autoload', 'uninstall'], env=env, python=python)
+    proc = run([str(checkout / 'basicsr' / 'test.py'), '-opt', test_path], cwd=checkout, env=env, check=False,
+               python=python)
     assert proc.returncode != 0
 
 

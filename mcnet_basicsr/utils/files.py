@@ -1,10 +1,13 @@
-"""Output files written whole or not at all, and generated sections inside hand-edited markdown files.
+"""Output files written whole or not at all, generated sections inside hand-edited markdown files, and CSV
+tables that keep the rows of earlier runs.
 
 Writes go to a temporary file renamed into place, so an interrupted run never leaves a truncated JSON or
 markdown file behind. A generated section lives between ``<!-- {name}:begin -->`` and ``<!-- {name}:end -->``;
 an existing section is replaced in place, otherwise it is appended (the file is created if absent). Running
 twice gives the same file as running once.
 """
+import csv
+import io
 import json
 import os
 import os.path as osp
@@ -49,3 +52,29 @@ def replace_section(path, name, body):
         new = (old.rstrip('\n') + '\n\n' if old.strip() else '') + block + '\n'
     write_text(path, new)
     return new
+
+
+def append_csv(folder, stem, fields, rows):
+    """Append ``rows`` (dicts; floats with 6 significant digits) to ``folder/<stem>.csv``, keeping the rows already
+    there; returns the path written.
+
+    The file is rewritten whole (earlier rows + new rows) through :func:`write_text`, so an interrupted write loses
+    nothing. A ``<stem>.csv`` whose header is not ``fields`` is left alone: the rows go to the first
+    ``<stem>_<n>.csv`` (n = 2, 3, ...) that is free or has this header.
+    """
+    header = ','.join(fields) + '\n'
+    path, n, old = osp.join(folder, f'{stem}.csv'), 1, header
+    while osp.exists(path):
+        with open(path, encoding='utf-8', newline='') as f:
+            text = f.read()
+        if text.startswith(header):
+            old = text
+            break
+        n += 1
+        path = osp.join(folder, f'{stem}_{n}.csv')
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction='ignore', lineterminator='\n')
+    for row in rows:
+        writer.writerow({k: (f'{v:.6g}' if isinstance(v, float) else v) for k, v in row.items()})
+    write_text(path, old + buf.getvalue())
+    return path
