@@ -2,7 +2,7 @@
 
 Usage::
 
-    mcnet-sr INPUT... -o OUTDIR --scale {2,3,4} [--backbone {srcnn,rcan_compact,rdn_compact}]
+    mcnet-sr INPUT... -o OUTDIR --scale {2,3,4} [--backbone {srcnn,rcan_compact,rdn_compact,imdn,pan}]
              [--backbone-weights PATH] [--weights PATH]
              [--eps-rms X] [--iters N] [--tol T] [--device auto|cpu|cuda] [--no-cuda-graph] [--threads N]
              [--tile N] [--compare] [--gt PATH_OR_DIR] [--force]
@@ -56,7 +56,7 @@ from tqdm import tqdm
 
 from .deq import SolverConfig
 from .ops import imresize
-from .pretrained import BACKBONES, build_pretrained_mcnet, default_eps_rms
+from .pretrained import BACKBONES, build_pretrained_mcnet, check_available, default_eps_rms
 from .utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
 from .utils.color import luma, ycbcr_to_rgb
 from .utils.figure import compose_figure, to_u8_bgr
@@ -69,7 +69,8 @@ from .utils.tiling import global_ops, needs_tiling, tiles
 SCALES = (2, 3, 4)
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
 MIN_TILE = 8  # smallest --tile (LR pixels)
-BACKBONE_NAMES = {'srcnn': 'SRCNN', 'rcan_compact': 'compact RCAN', 'rdn_compact': 'compact RDN'}
+BACKBONE_NAMES = {'srcnn': 'SRCNN', 'rcan_compact': 'compact RCAN', 'rdn_compact': 'compact RDN', 'imdn': 'IMDN',
+                  'pan': 'PAN'}
 SUMMARY_FIELDS = ('run', 'input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
                   'bit_depth', 'scale', 'tiles', 'iterations', 'solver_residual', 'eps', 'fidelity', 'fidelity_saved',
                   'psnr_bicubic', 'psnr_backbone', 'psnr_mcnet', 'seconds')
@@ -98,8 +99,9 @@ def build_parser():
                    'summary_<n>.csv)')
     p.add_argument('--scale', required=True, type=int, metavar='{2,3,4}', help='upscaling factor')
     p.add_argument('--backbone', default='srcnn', choices=BACKBONES,
-                   help='shipped backbone and its layer: our SRCNN (default), or our compact RCAN / RDN (stronger; '
-                   'their layers keep ||Ax-b|| within the uint8 quantisation level, see --eps-rms)')
+                   help='backbone and its shipped layer: our SRCNN (default), our compact RCAN / RDN, or the official '
+                   'IMDN / PAN (x3, x4; give their weights with --backbone-weights); all but SRCNN keep ||Ax-b|| '
+                   'within the uint8 quantisation level, see --eps-rms')
     p.add_argument('--backbone-weights', metavar='PATH',
                    help='checkpoint of the --backbone architecture (default: the shipped one)')
     p.add_argument('--weights', metavar='PATH',
@@ -250,6 +252,10 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
     key = (scale, str(device), backbone, _file_key(backbone_path), _file_key(weights_path))
     if cache is not None and key in cache:
         return cache[key]
+    try:
+        check_available(backbone, scale, backbone_path)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     if backbone_path is not None:
         _check_scale(backbone_path, 'the backbone checkpoint', scale)
         try:  # readable at all? (a clearer message than the arch's)

@@ -6,7 +6,9 @@
   official SRCNN, eps = 0;
 * ``{rcan,rdn}_compact_x{2,3,4}.pth``: our compact RCAN / RDN (RGB in, RGB out) trained on T91 + BSD200,
   and ``mcnet_{rcan,rdn}_compact_x{2,3,4}.pth``: the layers trained on them with eps_rms at the uint8
-  quantisation level (``options/{train,test}_mcnet_{rcan,rdn}_compact_x*.yml``).
+  quantisation level (``options/{train,test}_mcnet_{rcan,rdn}_compact_x*.yml``);
+* ``mcnet_{imdn,pan}_x{3,4}.pth``: the layers trained on the official IMDN / PAN, whose weights are third-party
+  and not shipped (``scripts/fetch_assets.py imdn pan``): pass their path as ``backbone_path``.
 
 ``weights/README.md`` records the option file, command, iterations and Set5 score of each file.
 """
@@ -20,7 +22,9 @@ from .utils.checkpoint import load_network
 
 WEIGHTS_DIR = osp.join(osp.dirname(osp.abspath(__file__)), 'weights')
 SCALES = (2, 3, 4)
-BACKBONES = ('srcnn', 'rcan_compact', 'rdn_compact')
+BACKBONES = ('srcnn', 'rcan_compact', 'rdn_compact', 'imdn', 'pan')
+# backbones whose weights are third-party (a path must be given) and the scales their layers ship for
+OFFICIAL_BACKBONES = {'imdn': (3, 4), 'pan': (3, 4)}
 
 
 def weight_path(name):
@@ -40,7 +44,8 @@ def srcnn_options(scale):
 
 
 def compact_backbone_options(name, scale):
-    """Arch options of our compact backbones (the same as in options/*_{rcan,rdn}_compact_x*.yml)."""
+    """Arch options of the RGB backbones with layers here (the same as in options/*_{rcan,rdn}_compact_x*.yml,
+    options/*_{imdn,pan}_x*.yml)."""
     if name == 'rcan_compact':
         return {'type': 'RCAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 32, 'num_group': 4, 'num_block': 6,
                 'squeeze_factor': 8, 'upscale': scale, 'res_scale': 1, 'img_range': 255.,
@@ -48,7 +53,12 @@ def compact_backbone_options(name, scale):
     if name == 'rdn_compact':
         return {'type': 'RDN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 32, 'growth': 24, 'num_block': 6,
                 'num_layer': 4, 'upscale': scale, 'img_range': 255.}
-    raise ValueError(f'Unknown compact backbone {name!r}; shipped ones: rcan_compact, rdn_compact.')
+    if name == 'imdn':
+        return {'type': 'IMDN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 64, 'num_block': 6, 'upscale': scale}
+    if name == 'pan':
+        return {'type': 'PAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 40, 'num_feat_up': 24, 'num_block': 16,
+                'upscale': scale}
+    raise ValueError(f'Unknown RGB backbone {name!r}; known ones: rcan_compact, rdn_compact, imdn, pan.')
 
 
 def default_eps_rms(backbone):
@@ -74,6 +84,20 @@ def build_pretrained_backbone(name, scale, device='cpu'):
     return net.eval().to(device)
 
 
+def check_available(backbone, scale, backbone_path=None):
+    """Raise ValueError (saying why) unless a layer ships for ``backbone`` at ``scale`` and its weights are known."""
+    _check_scale(scale)
+    if backbone not in BACKBONES:
+        raise ValueError(f'Unknown backbone {backbone!r}; shipped ones: {", ".join(BACKBONES)}.')
+    if backbone in OFFICIAL_BACKBONES:
+        if scale not in OFFICIAL_BACKBONES[backbone]:
+            raise ValueError(f'No MCNet layer ships for {backbone} at x{scale} (none that was trained gains over it: '
+                             'docs/strong_backbones.md); layers exist for x3 and x4.')
+        if backbone_path is None:
+            raise ValueError(f'The official {backbone} weights are not shipped: give their path (the authors\' file '
+                             f'or scripts/fetch_assets.py {backbone} output).')
+
+
 def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, eps_rms=None, solver=None,
                            backbone='srcnn'):
     """MCNet (shipped layer) on a shipped backbone at ``scale``.
@@ -84,11 +108,11 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         eps, eps_rms (float | None): Consistency radius (default 0: exact). The compact backbones' layers were
             trained with ``eps_rms = default_eps_rms(backbone)``; pass it to use them as trained.
         solver (dict | None): Forward solver settings over the 'fast' preset (``mcnet_basicsr.deq.PRESETS``).
-        backbone (str): 'srcnn' (our SRCNN on the upsampled Y), 'rcan_compact' or 'rdn_compact' (RGB).
+        backbone (str): 'srcnn' (our SRCNN on the upsampled Y), 'rcan_compact' or 'rdn_compact' (RGB), or
+            'imdn' / 'pan' (the official weights, given as ``backbone_path``; layers for x3 and x4).
     """
-    _check_scale(scale)
-    if backbone not in BACKBONES:
-        raise ValueError(f'Unknown backbone {backbone!r}; shipped ones: {", ".join(BACKBONES)}.')
+    check_available(backbone, scale, backbone_path)
+
     if backbone == 'srcnn':
         arch = dict(backbone=srcnn_options(scale), backbone_input='upsampled', backbone_channels=1)
     else:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from basicsr.archs import build_network
 
-from conftest import shared_path
+from conftest import sample_photo, shared_path
 from mcnet_basicsr.archs.imdn_arch import IMDN, _contrast
 from mcnet_basicsr.archs.pan_arch import PAN
 from mcnet_basicsr.data.bicubic_pair_dataset import bicubic_lr_uint8
@@ -161,3 +161,26 @@ def test_a_layer_records_its_backbone_and_scale():
             layer(backbone, scale).load_state_dict(state, strict=True)
     # layers saved before the record existed load, unchecked
     layer('PAN', 4).load_state_dict({k: v for k, v in state.items() if k != '_extra_state'}, strict=True)
+
+
+def test_mcnet_sr_on_imdn_and_pan(tmp_path, capsys):
+    import cv2
+    from mcnet_basicsr.inference import main
+    photo = tmp_path / 'rocket.png'
+    cv2.imwrite(str(photo), sample_photo('rocket', 48)[:, :, ::-1])
+    # their weights are third-party: a clear line, no traceback
+    assert main([str(photo), '-o', str(tmp_path / 'a'), '--scale', '4', '--backbone', 'imdn']) == 2
+    assert 'official imdn weights are not shipped' in capsys.readouterr().err
+    assert main([str(photo), '-o', str(tmp_path / 'b'), '--scale', '2', '--backbone', 'pan', '--backbone-weights',
+                 str(photo)]) == 2
+    assert 'No MCNet layer ships for pan at x2' in capsys.readouterr().err
+    # the authors' files as released (IMDN: a legacy pickle with 'module.' keys) are read as they are
+    weights = shared_path('weights', 'imdn_official', 'IMDN_x4.pth')
+    assert main([str(photo), '-o', str(tmp_path / 'c'), '--scale', '4', '--backbone', 'imdn', '--backbone-weights',
+                 str(weights)]) == 0
+    out = cv2.imread(str(next((tmp_path / 'c').glob('rocket*.png'))))
+    assert out.shape == (192, 192, 3)
+    wrong = shared_path('weights', 'pan_official', 'PANx4_DF2K.pth')
+    assert main([str(photo), '-o', str(tmp_path / 'd'), '--scale', '4', '--backbone', 'imdn', '--backbone-weights',
+                 str(wrong)]) == 2
+    assert 'does not fit the IMDN backbone' in capsys.readouterr().err
