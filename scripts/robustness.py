@@ -59,6 +59,8 @@ PAIRS = (
     ('srcnn', 'SRCNN', 'options/test_srcnn_x{s}.yml', 'options/test_mcnet_srcnn_x{s}.yml'),
     ('rcan', 'RCAN', 'options/test_rcan_x{s}.yml', 'options/test_mcnet_rcan_x{s}.yml'),
     ('rcan_compact', 'RCAN_compact', 'options/test_rcan_compact_x{s}.yml', 'options/test_mcnet_rcan_compact_x{s}.yml'),
+    ('imdn', 'IMDN', 'options/test_imdn_x{s}.yml', 'options/test_mcnet_imdn_x{s}.yml'),
+    ('pan', 'PAN', 'options/test_pan_x{s}.yml', 'options/test_mcnet_pan_x{s}.yml'),
 )
 PERTURBATIONS = {
     'none': 'prepared LR (MATLAB bicubic of the HR, uint8)',
