@@ -9,7 +9,7 @@ the tables (the paper's numbers are not included: we do not have them reliably).
     python scripts/reproduce_tables.py --quick         # smoke run: first Set5 image, x2, CPU, loose solvers
     python scripts/reproduce_tables.py --from-json docs/records/results.json   # the tables from the records
 
-Record keys: method (bicubic | pnp | backbone | tvtv | mcnet), backbone (none | srcnn | rdn | rcan),
+Record keys: method (bicubic | pnp | backbone | tvtv | mcnet), backbone (none | srcnn | rdn | rcan | imdn | pan),
 scale, dataset, psnr, ssim, fidelity (max ||Ax - b||_2 over the set, Y in [0, 1], float output),
 seconds_per_image, iterations (mean; null for non-iterative rows), plus fidelity_mean, images,
 option, device, overrides, and for MCNet iterations_max, converged (fraction of images whose solve reached

@@ -298,7 +298,7 @@ def test_reproduce_tables_quick(tmp_path, monkeypatch):
     for r in data:
         assert set(r) == keys
         assert r['method'] in {'bicubic', 'pnp', 'backbone', 'tvtv', 'mcnet'}
-        assert r['backbone'] in {'none', 'srcnn', 'rdn', 'rcan'}
+        assert r['backbone'] in {'none', 'srcnn', 'rdn', 'rcan', 'imdn', 'pan'}
         assert (r['scale'], r['dataset'], r['images'], r['device']) == (2, 'Set5', 1, 'cpu')
         for k in ('psnr', 'ssim', 'fidelity', 'seconds_per_image'):
             assert isinstance(r[k], float) and np.isfinite(r[k])
