@@ -13,7 +13,7 @@ from basicsr.archs import build_network
 from conftest import sample_photo, shared_path
 from mcnet_basicsr.archs.imdn_arch import IMDN, _contrast
 from mcnet_basicsr.archs.pan_arch import PAN
-from mcnet_basicsr.data.bicubic_pair_dataset import bicubic_lr_uint8
+from mcnet_basicsr.utils.images import bicubic_lr
 from mcnet_basicsr.metrics import y_uint8_metrics
 from mcnet_basicsr.utils import rgb_to_ycbcr
 
@@ -96,7 +96,7 @@ def _set5(scale):
     for path in sorted(shared_path('datasets', 'Set5', 'HR').glob('*.png')):
         hr = cv2.imread(str(path), cv2.IMREAD_COLOR)
         hr = hr[:hr.shape[0] - hr.shape[0] % scale, :hr.shape[1] - hr.shape[1] % scale]
-        images.append((hr, bicubic_lr_uint8(hr, scale)))
+        images.append((hr, bicubic_lr(hr, scale)))
     return images
 
 

@@ -11,7 +11,7 @@ from basicsr.data import build_dataset
 from basicsr.losses import build_loss
 
 from conftest import sample_photo
-from mcnet_basicsr.data.bicubic_pair_dataset import bicubic_lr_uint8
+from mcnet_basicsr.utils.images import bicubic_lr
 from mcnet_basicsr.models.mcnet_model import MCNetModel
 from mcnet_basicsr.ops import build_operator
 from mcnet_basicsr.utils import rgb_to_ycbcr
@@ -46,7 +46,7 @@ def test_train_pairs_satisfy_the_layers_measurement_model(photo_folder, scale):
 def test_pairs_cut_from_a_whole_lr_image_do_not(photo_folder):
     """Why the dataset exists: an LR crop of the whole LR image breaks b = round(A x) near the crop's edges."""
     hr = cv2.imread(str(photo_folder / 'astronaut.png'))
-    lr = bicubic_lr_uint8(hr, 2)
+    lr = bicubic_lr(hr, 2)
     crop_hr, crop_lr = hr[40:104, 40:104], lr[20:52, 20:52]
     op = build_operator({'type': 'bicubic', 'scale': 2})
     to_t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1)[None].double() / 255  # noqa: E731
@@ -60,7 +60,7 @@ def test_val_pairs_are_the_prepared_lr(photo_folder):
                             io_backend={'type': 'disk'}, phase='val', scale=3))
     item = next(ds[i] for i in range(len(ds)) if 'coffee' in ds[i]['gt_path'])
     hr = cv2.imread(item['gt_path'])[:150, :228]
-    expected = bicubic_lr_uint8(hr, 3)[:, :, ::-1].astype(np.float32) / 255
+    expected = bicubic_lr(hr, 3)[:, :, ::-1].astype(np.float32) / 255
     np.testing.assert_array_equal(item['lq'].permute(1, 2, 0).numpy(), expected)
 
 
@@ -74,8 +74,6 @@ def test_bad_settings_are_refused(photo_folder):
     ds = build_dataset(dict(base, gt_size=600))
     with pytest.raises(ValueError, match='no image of at least 600x600'):
         ds[0]
-    with pytest.raises(TypeError, match='uint8'):
-        bicubic_lr_uint8(np.zeros((6, 6, 3), np.float32), 2)
 
 
 def test_psnr_loss_is_the_negative_mean_psnr_per_sample():

@@ -3,31 +3,14 @@ import random
 import numpy as np
 from basicsr.data.transforms import augment
 from basicsr.utils import imfrombytes, img2tensor
-from basicsr.utils.matlab_functions import imresize
 from basicsr.utils.registry import DATASET_REGISTRY
+
+from mcnet_basicsr.utils.images import bicubic_lr, mod_crop
 
 from .clean_patch_dataset import CleanPatchDataset
 
 # a train image smaller than the crop is replaced by another one drawn at random, at most this often in a row
 _MAX_REDRAWS = 100
-
-
-def bicubic_lr_uint8(hr, scale):
-    """LR measurements as BasicSR's datasets are made: MATLAB ``imresize(hr, 1/scale)``, then ``im2uint8``.
-
-    Args:
-        hr (ndarray): HxWxC uint8 image, H and W multiples of ``scale``.
-        scale (int): Downscaling factor.
-
-    Returns:
-        ndarray: (H/scale)x(W/scale)xC uint8 (rounded half up, as MATLAB's ``im2uint8``).
-    """
-    if hr.dtype != np.uint8:
-        raise TypeError(f'bicubic_lr_uint8 takes a uint8 image, got {hr.dtype}.')
-    if hr.shape[0] % scale or hr.shape[1] % scale:
-        raise ValueError(f'image {hr.shape[0]}x{hr.shape[1]} is not a multiple of the scale {scale}: mod-crop it first.')
-    lr = imresize(hr.astype(np.float64) / 255., 1 / scale)
-    return np.clip(np.floor(lr * 255. + 0.5), 0, 255).astype(np.uint8)
 
 
 @DATASET_REGISTRY.register()
@@ -83,8 +66,8 @@ class BicubicPairDataset(CleanPatchDataset):
             top, left = random.randint(0, img.shape[0] - s), random.randint(0, img.shape[1] - s)
             img = augment(img[top:top + s, left:left + s], self.opt.get('use_hflip', True), self.opt.get('use_rot', True))
         else:
-            img = img[:img.shape[0] - img.shape[0] % self.scale, :img.shape[1] - img.shape[1] % self.scale]
+            img = mod_crop(img, self.scale)
         img = np.ascontiguousarray(img)
-        lq = bicubic_lr_uint8(img, self.scale)
+        lq = bicubic_lr(img, self.scale)  # as scripts/prepare_datasets.py makes the test sets' LR
         gt_t, lq_t = img2tensor([img.astype(np.float32) / 255., lq.astype(np.float32) / 255.], bgr2rgb=True, float32=True)
         return {'lq': lq_t, 'gt': gt_t, 'lq_path': path, 'gt_path': path}
