@@ -19,7 +19,8 @@ and channel layout of its input. ``summary.csv`` in OUTDIR gets one row per inpu
 their error) appended to the rows of earlier runs, which are kept (column ``run``: when the run started);
 a ``summary.csv`` with other columns is left alone and the rows go to the next free ``summary_<n>.csv``.
 
-Console: a solver progress bar per image on the CPU (stderr), then one line per image with the
+Console: a solver progress bar per image on the CPU (stderr; its length and the time left extrapolate
+the rate at which the residual falls to --tol), then one line per image with the
 solver's iterations and residual, ``||Ax-b||`` of the float result and of the saved file (its rounding
 to 8/16 bit makes the second larger), and with ``--compare --gt`` the Y-PSNRs of bicubic, the backbone
 and MCNet.
@@ -297,7 +298,7 @@ def process_image(row, args, model, device, out_names, n_inputs):
 
     colour = colour.to(device)
     # on CUDA the solve is short, and iterations replayed from a CUDA graph would not tick a Python counter
-    with solver_progress(model, args.iters, f'{osp.basename(path)} solve', enabled=device.type == 'cpu'):
+    with solver_progress(model, args.iters, f'{osp.basename(path)} solve', enabled=device.type == 'cpu', tol=args.tol):
         result = super_resolve(model, colour, args.tile)
     sr = result['sr']
     if not bool(torch.isfinite(sr).all()):
