@@ -14,7 +14,7 @@ setup(
     long_description=long_description,
     long_description_content_type='text/markdown',
     packages=find_packages(include=['mcnet_basicsr', 'mcnet_basicsr.*']),
-    py_modules=['mcnet_basicsr_hook'],
+    py_modules=['mcnet_basicsr_hook', 'mcnet_sr_cli'],
     include_package_data=True,
     package_data={'mcnet_basicsr': ['weights/*.pth', 'weights/*.md', 'assets.yml']},
     python_requires='>=3.9',
@@ -31,6 +31,6 @@ setup(
         'tqdm',
     ],
     extras_require={'test': ['pytest']},
-    entry_points={'console_scripts': ['mcnet-sr=mcnet_basicsr.inference:main']},
+    entry_points={'console_scripts': ['mcnet-sr=mcnet_sr_cli:main']},
     license='Apache-2.0',
 )

@@ -8,6 +8,9 @@ Usage::
              [--tile N] [--compare] [--gt PATH_OR_DIR] [--force]
     python -m mcnet_basicsr.inference ...
 
+The options and their checks live in :mod:`mcnet_sr_cli` (standard library only), so ``--help`` and a bad
+option answer before anything heavy is imported; this module does the work once they are valid.
+
 INPUT: files, folders (their PNG/JPEG/BMP/TIFF files, not recursive) or glob patterns. 8- or 16-bit,
 gray, gray+alpha, RGB or RGBA. Colour goes through MCNet (the implicit layer on Y, CbCr from the
 backbone path, exactly :meth:`MCNetArch.forward`), gray is treated as Y, alpha is upscaled with
@@ -16,7 +19,8 @@ and channel layout of its input. ``summary.csv`` in OUTDIR gets one row per inpu
 their error) appended to the rows of earlier runs, which are kept (column ``run``: when the run started);
 a ``summary.csv`` with other columns is left alone and the rows go to the next free ``summary_<n>.csv``.
 
-Console: a solver progress bar per image on the CPU (stderr), then one line per image with the
+Console: a solver progress bar per image on the CPU (stderr; its length and the time left extrapolate
+the rate at which the residual falls to --tol), then one line per image with the
 solver's iterations and residual, ``||Ax-b||`` of the float result and of the saved file (its rounding
 to 8/16 bit makes the second larger), and with ``--compare --gt`` the Y-PSNRs of bicubic, the backbone
 and MCNet.
@@ -39,9 +43,7 @@ Exit status: 0 when every image succeeded, 1 when some failed (the others are st
 for a usage/set-up error (bad option, weights, device) before any image is processed. Nothing is
 overwritten without ``--force``, and every file is written under a temporary name in OUTDIR first.
 """
-import argparse
 import glob
-import math
 import os
 import os.path as osp
 import re
@@ -54,9 +56,11 @@ import torch
 from basicsr.metrics import calculate_psnr
 from tqdm import tqdm
 
-from .deq import SolverConfig
+import mcnet_sr_cli
+from mcnet_sr_cli import UsageError, print_error
+
 from .ops import imresize
-from .pretrained import BACKBONES, build_pretrained_mcnet, check_available, default_eps_rms
+from .pretrained import build_pretrained_mcnet, check_available, default_eps_rms
 from .utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
 from .utils.color import luma, ycbcr_to_rgb
 from .utils.figure import compose_figure, to_u8_bgr
@@ -66,95 +70,12 @@ from .utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_g
 from .utils.progress import solver_progress
 from .utils.tiling import global_ops, needs_tiling, tiles
 
-SCALES = (2, 3, 4)
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
-MIN_TILE = 8  # smallest --tile (LR pixels)
 BACKBONE_NAMES = {'srcnn': 'SRCNN', 'rcan_compact': 'compact RCAN', 'rdn_compact': 'compact RDN', 'imdn': 'IMDN',
                   'pan': 'PAN'}
 SUMMARY_FIELDS = ('run', 'input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
                   'bit_depth', 'scale', 'tiles', 'iterations', 'solver_residual', 'eps', 'fidelity', 'fidelity_saved',
                   'psnr_bicubic', 'psnr_backbone', 'psnr_mcnet', 'seconds')
-
-
-class UsageError(Exception):
-    """A problem with the options or the models: nothing can be processed."""
-
-
-# ---------------------------------------------------------------------------------------- options
-class _Parser(argparse.ArgumentParser):
-
-    def error(self, message):
-        raise UsageError(f'{message} (see {self.prog} --help)')
-
-
-def build_parser():
-    p = _Parser(
-        prog='mcnet-sr',
-        description='Measurement-consistent super-resolution (MCNet): the output x satisfies '
-        '||A x - b||_2 <= eps exactly (A = MATLAB bicubic downscaling, b = Y of the input).')
-    p.add_argument('inputs', nargs='+', metavar='INPUT', help='image files, folders or glob patterns')
-    p.add_argument('-o', '--output', required=True, metavar='OUTDIR',
-                   help='output folder (created if missing); its summary.csv gets one row per input appended, '
-                   'rows of earlier runs are kept (a summary.csv with other columns is left alone: the rows go to '
-                   'summary_<n>.csv)')
-    p.add_argument('--scale', required=True, type=int, metavar='{2,3,4}', help='upscaling factor')
-    p.add_argument('--backbone', default='srcnn', choices=BACKBONES,
-                   help='backbone and its shipped layer: our SRCNN (default), our compact RCAN / RDN, or the official '
-                   'IMDN / PAN (x3, x4; give their weights with --backbone-weights); all but SRCNN keep ||Ax-b|| '
-                   'within the uint8 quantisation level, see --eps-rms')
-    p.add_argument('--backbone-weights', metavar='PATH',
-                   help='checkpoint of the --backbone architecture (default: the shipped one)')
-    p.add_argument('--weights', metavar='PATH',
-                   help="MCNet layer checkpoint, BasicSR {'params': ...} file (default: the shipped one)")
-    p.add_argument('--eps-rms', type=float, default=None, metavar='X',
-                   help='consistency radius per LR pixel, eps = X * sqrt(#LR pixels) (default: what the layer was '
-                   'trained with: 0, i.e. exact, for srcnn; 1/255/sqrt(12) for the compact backbones)')
-    fast = SolverConfig.preset('fast')  # the CLI's solver: the 'fast' preset, single keys overridden
-    p.add_argument('--iters', type=int, default=fast.max_iter, metavar='N',
-                   help=f'maximum solver iterations (default {fast.max_iter})')
-    p.add_argument('--tol', type=float, default=fast.tol, metavar='T',
-                   help=f'relative fixed-point residual at which the solver stops (default {fast.tol:g})')
-    p.add_argument('--device', default='auto', choices=('auto', 'cpu', 'cuda'), help='default: cuda if available')
-    p.add_argument('--no-cuda-graph', action='store_true',
-                   help='on CUDA, run the solver iterations eagerly instead of replaying them from CUDA graphs '
-                        '(same result; graphs are used by default, when eps = 0 and without --tile)')
-    p.add_argument('--threads', type=int, default=None, metavar='N',
-                   help='CPU threads for torch (default: torch\'s choice; 1 is often fastest on a busy machine)')
-    p.add_argument('--tile', type=int, default=None, metavar='N',
-                   help=f'run the networks on N x N LR tiles (N >= {MIN_TILE}) to bound memory')
-    p.add_argument('--compare', action='store_true',
-                   help='also write <stem>_compare.png: bicubic | backbone | MCNet (| ground truth)')
-    p.add_argument('--gt', metavar='PATH_OR_DIR',
-                   help='ground truth for --compare: a file (one input) or a folder holding the same file names')
-    p.add_argument('--force', action='store_true', help='overwrite existing outputs')
-    return p
-
-
-def parse_args(argv):
-    args = build_parser().parse_args(argv)
-    if args.scale not in SCALES:
-        raise UsageError(f'unsupported scale {args.scale}; models exist for scales {", ".join(map(str, SCALES))}')
-    if args.iters < 1:
-        raise UsageError(f'--iters must be >= 1, got {args.iters}')
-    if not (args.tol > 0 and math.isfinite(args.tol)):
-        raise UsageError(f'--tol must be a positive number, got {args.tol}')
-    if args.eps_rms is not None and not (args.eps_rms >= 0 and math.isfinite(args.eps_rms)):
-        raise UsageError(f'--eps-rms must be a finite number >= 0, got {args.eps_rms}')
-    if args.threads is not None and args.threads < 1:
-        raise UsageError(f'--threads must be >= 1, got {args.threads}')
-    if args.tile is not None and args.tile < MIN_TILE:
-        raise UsageError(f'--tile must be >= {MIN_TILE} (LR pixels), got {args.tile}')
-    if args.gt is not None and not args.compare:
-        raise UsageError('--gt is only used with --compare')
-    if args.gt is not None and not osp.exists(args.gt):
-        raise UsageError(f'{args.gt}: ground truth not found')
-    for opt in ('weights', 'backbone_weights'):
-        path = getattr(args, opt)
-        if path is not None and not osp.isfile(path):
-            raise UsageError(f'{path}: --{opt.replace("_", "-")} file not found')
-    if osp.exists(args.output) and not osp.isdir(args.output):
-        raise UsageError(f'{args.output}: output path exists and is not a folder')
-    return args
 
 
 # ---------------------------------------------------------------------------------------- inputs
@@ -377,7 +298,7 @@ def process_image(row, args, model, device, out_names, n_inputs):
 
     colour = colour.to(device)
     # on CUDA the solve is short, and iterations replayed from a CUDA graph would not tick a Python counter
-    with solver_progress(model, args.iters, f'{osp.basename(path)} solve', enabled=device.type == 'cpu'):
+    with solver_progress(model, args.iters, f'{osp.basename(path)} solve', enabled=device.type == 'cpu', tol=args.tol):
         result = super_resolve(model, colour, args.tile)
     sr = result['sr']
     if not bool(torch.isfinite(sr).all()):
@@ -400,10 +321,6 @@ def process_image(row, args, model, device, out_names, n_inputs):
     if cmp_path:
         write_atomic(cmp_path, fig_bytes, args.force)
         row['compare'] = cmp_path
-
-
-def _error(msg):
-    print(f'error: {msg}', file=sys.stderr, flush=True)
 
 
 def run(args, models=None):
@@ -459,27 +376,21 @@ def run(args, models=None):
     return 1 if failed else 0
 
 
-def main(argv=None, models=None):
-    """Console entry point; returns the exit status (0 ok, 1 some images failed, 2 usage error).
-
-    ``models``: a dict in which a caller running several commands in one process keeps the built models
-    (see :func:`get_model`); None builds the model afresh.
-    """
-    try:
-        args = parse_args(sys.argv[1:] if argv is None else list(argv))
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
-    except UsageError as err:
-        _error(err)
-        return 2
+def execute(args, models=None):
+    """Process the images of parsed, checked options (:func:`mcnet_sr_cli.parse_args`); returns the exit status."""
     try:
         return run(args, models)
     except UsageError as err:
-        _error(err)
+        print_error(err)
         return 2
     except OSError as err:  # e.g. OUTDIR cannot be created or summary.csv cannot be written
-        _error(_one_line(err))
+        print_error(_one_line(err))
         return 2
+
+
+def main(argv=None, models=None):
+    """Console entry point (:func:`mcnet_sr_cli.main`): 0 ok, 1 some images failed, 2 usage error."""
+    return mcnet_sr_cli.main(argv, models)
 
 
 if __name__ == '__main__':

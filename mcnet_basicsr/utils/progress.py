@@ -1,4 +1,5 @@
 """Progress of an implicit layer's solve, for long CPU runs that would otherwise print nothing for minutes."""
+import math
 import sys
 from contextlib import contextmanager
 
@@ -6,28 +7,39 @@ from tqdm import tqdm
 
 
 @contextmanager
-def solver_progress(model, max_iter, desc, enabled=True):
+def solver_progress(model, max_iter, desc, enabled=True, tol=None):
     """A progress bar (stderr) that ticks once per evaluation of ``model``'s fixed-point map, i.e. once per solver
     iteration, while the block runs; ``model.fixed_point_map`` is restored afterwards.
+
+    With ``tol``, the bar's length (hence tqdm's estimate of the time left) is the iteration at which the relative
+    residual ``||f(z) - z|| / ||f(z)||`` reaches ``tol`` if it keeps falling at its rate over the last two
+    iterations (at most ``max_iter``), instead of ``max_iter``.
 
     Args:
         model (MCNetArch): Anything whose ``fixed_point_map(...)`` returns the map the solver iterates.
         max_iter (int): The bar's length (the solver's iteration limit).
         desc (str): The bar's label.
         enabled (bool): False: the block runs untouched. Default: True.
+        tol (float | None): The solver's relative tolerance. Default: None (the bar's length stays ``max_iter``).
     """
     if not enabled:
         yield
         return
     bar = tqdm(total=max_iter, desc=desc, unit='it', leave=False, disable=None, file=sys.stderr)
     inner = model.fixed_point_map
+    residuals = []
 
     def counting_map(*args, **kwargs):
         f = inner(*args, **kwargs)
 
         def counted(z):
+            fz = f(z)
             bar.update(1)
-            return f(z)
+            if tol is not None:
+                residuals.append(float((fz - z).norm() / (fz.norm() + 1e-30)))
+                bar.total = min(max_iter, bar.n + _iterations_left(residuals, tol))
+                bar.refresh()
+            return fz
 
         counted.capturable = False  # a Python side effect: never captured into a CUDA graph
         return counted
@@ -38,3 +50,15 @@ def solver_progress(model, max_iter, desc, enabled=True):
     finally:
         del model.fixed_point_map
         bar.close()
+
+
+def _iterations_left(residuals, tol):
+    """Iterations until the residual reaches ``tol`` at its geometric rate over the last two steps (>= 1 while above
+    ``tol``; 0 once there); a rate that does not fall yet gives a large number, which the caller caps."""
+    last = residuals[-1]
+    if last <= tol:
+        return 0
+    if len(residuals) < 3 or not 0 < last < residuals[-3]:
+        return 1 << 30
+    rate = math.sqrt(last / residuals[-3])
+    return max(1, math.ceil(math.log(tol / last) / math.log(rate)))

@@ -1,0 +1,124 @@
+"""Command line of ``mcnet-sr``: its options and their checks, with nothing heavy imported.
+
+``mcnet-sr --help`` and a bad option answer before torch, basicsr, OpenCV or the models are imported:
+this module uses the standard library only and lives outside the ``mcnet_basicsr`` package on purpose
+(importing the package imports torch and basicsr to fill BasicSR's registries). Only once the options
+are valid does :func:`main` import :mod:`mcnet_basicsr.inference`, which does the work.
+"""
+import argparse
+import math
+import os.path as osp
+import sys
+
+SCALES = (2, 3, 4)
+MIN_TILE = 8  # smallest --tile (LR pixels)
+# mcnet_basicsr.pretrained.BACKBONES, and the 'fast' solver preset's tol / max_iter
+# (mcnet_basicsr.deq.config), kept here so the parser needs no torch; tests/test_cli.py checks they agree
+BACKBONES = ('srcnn', 'rcan_compact', 'rdn_compact', 'imdn', 'pan')
+FAST_MAX_ITER = 100
+FAST_TOL = 1e-4
+
+
+class UsageError(Exception):
+    """A problem with the options or the models: nothing can be processed."""
+
+
+class _Parser(argparse.ArgumentParser):
+
+    def error(self, message):
+        raise UsageError(f'{message} (see {self.prog} --help)')
+
+
+def build_parser():
+    p = _Parser(
+        prog='mcnet-sr',
+        description='Measurement-consistent super-resolution (MCNet): the output x satisfies '
+        '||A x - b||_2 <= eps exactly (A = MATLAB bicubic downscaling, b = Y of the input).')
+    p.add_argument('inputs', nargs='+', metavar='INPUT', help='image files, folders or glob patterns')
+    p.add_argument('-o', '--output', required=True, metavar='OUTDIR',
+                   help='output folder (created if missing); its summary.csv gets one row per input appended, '
+                   'rows of earlier runs are kept (a summary.csv with other columns is left alone: the rows go to '
+                   'summary_<n>.csv)')
+    p.add_argument('--scale', required=True, type=int, metavar='{2,3,4}', help='upscaling factor')
+    p.add_argument('--backbone', default='srcnn', choices=BACKBONES,
+                   help='backbone and its shipped layer: our SRCNN (default), our compact RCAN / RDN, or the official '
+                   'IMDN / PAN (x3, x4; give their weights with --backbone-weights); all but SRCNN keep ||Ax-b|| '
+                   'within the uint8 quantisation level, see --eps-rms')
+    p.add_argument('--backbone-weights', metavar='PATH',
+                   help='checkpoint of the --backbone architecture (default: the shipped one)')
+    p.add_argument('--weights', metavar='PATH',
+                   help="MCNet layer checkpoint, BasicSR {'params': ...} file (default: the shipped one)")
+    p.add_argument('--eps-rms', type=float, default=None, metavar='X',
+                   help='consistency radius per LR pixel, eps = X * sqrt(#LR pixels) (default: what the layer was '
+                   'trained with: 0, i.e. exact, for srcnn; 1/255/sqrt(12) for the compact backbones)')
+    # the CLI's solver: the 'fast' preset, single keys overridden
+    p.add_argument('--iters', type=int, default=FAST_MAX_ITER, metavar='N',
+                   help=f'maximum solver iterations (default {FAST_MAX_ITER})')
+    p.add_argument('--tol', type=float, default=FAST_TOL, metavar='T',
+                   help=f'relative fixed-point residual at which the solver stops (default {FAST_TOL:g})')
+    p.add_argument('--device', default='auto', choices=('auto', 'cpu', 'cuda'), help='default: cuda if available')
+    p.add_argument('--no-cuda-graph', action='store_true',
+                   help='on CUDA, run the solver iterations eagerly instead of replaying them from CUDA graphs '
+                        '(same result; graphs are used by default, when eps = 0 and without --tile)')
+    p.add_argument('--threads', type=int, default=None, metavar='N',
+                   help='CPU threads for torch (default: torch\'s choice; 1 is often fastest on a busy machine)')
+    p.add_argument('--tile', type=int, default=None, metavar='N',
+                   help=f'run the networks on N x N LR tiles (N >= {MIN_TILE}) to bound memory')
+    p.add_argument('--compare', action='store_true',
+                   help='also write <stem>_compare.png: bicubic | backbone | MCNet (| ground truth)')
+    p.add_argument('--gt', metavar='PATH_OR_DIR',
+                   help='ground truth for --compare: a file (one input) or a folder holding the same file names')
+    p.add_argument('--force', action='store_true', help='overwrite existing outputs')
+    return p
+
+
+def parse_args(argv):
+    args = build_parser().parse_args(argv)
+    if args.scale not in SCALES:
+        raise UsageError(f'unsupported scale {args.scale}; models exist for scales {", ".join(map(str, SCALES))}')
+    if args.iters < 1:
+        raise UsageError(f'--iters must be >= 1, got {args.iters}')
+    if not (args.tol > 0 and math.isfinite(args.tol)):
+        raise UsageError(f'--tol must be a positive number, got {args.tol}')
+    if args.eps_rms is not None and not (args.eps_rms >= 0 and math.isfinite(args.eps_rms)):
+        raise UsageError(f'--eps-rms must be a finite number >= 0, got {args.eps_rms}')
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f'--threads must be >= 1, got {args.threads}')
+    if args.tile is not None and args.tile < MIN_TILE:
+        raise UsageError(f'--tile must be >= {MIN_TILE} (LR pixels), got {args.tile}')
+    if args.gt is not None and not args.compare:
+        raise UsageError('--gt is only used with --compare')
+    if args.gt is not None and not osp.exists(args.gt):
+        raise UsageError(f'{args.gt}: ground truth not found')
+    for opt in ('weights', 'backbone_weights'):
+        path = getattr(args, opt)
+        if path is not None and not osp.isfile(path):
+            raise UsageError(f'{path}: --{opt.replace("_", "-")} file not found')
+    if osp.exists(args.output) and not osp.isdir(args.output):
+        raise UsageError(f'{args.output}: output path exists and is not a folder')
+    return args
+
+
+def print_error(msg):
+    print(f'error: {msg}', file=sys.stderr, flush=True)
+
+
+def main(argv=None, models=None):
+    """Console entry point; returns the exit status (0 ok, 1 some images failed, 2 usage error).
+
+    ``models``: a dict in which a caller running several commands in one process keeps the built models
+    (see :func:`mcnet_basicsr.inference.get_model`); None builds the model afresh.
+    """
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else list(argv))
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except UsageError as err:
+        print_error(err)
+        return 2
+    from mcnet_basicsr.inference import execute  # the heavy part: torch, basicsr, OpenCV, the models
+    return execute(args, models)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""``mcnet-sr``'s command line (``mcnet_sr_cli``): options are parsed and checked before anything heavy is imported.
+
+Each check runs a fresh interpreter, so what is in ``sys.modules`` is what the command line itself imported.
+"""
+import os
+import subprocess
+import sys
+
+from conftest import REPO_ROOT
+
+HEAVY = ('torch', 'basicsr', 'cv2', 'skimage', 'mcnet_basicsr')
+
+# parse as the console script does, then report the exit status and which heavy modules got imported
+PROBE = f"""
+import sys
+import mcnet_sr_cli
+try:
+    code = mcnet_sr_cli.main(sys.argv[1:])
+finally:
+    print('heavy:', ','.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def run_cli(*argv):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO_ROOT)] + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])))
+    proc = subprocess.run([sys.executable, '-c', PROBE, *argv], env=env, capture_output=True, text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith('heavy:'), proc.stderr
+    return proc.returncode, proc.stdout, lines[:-1], lines[-1][len('heavy:'):].strip()
+
+
+def test_help_imports_nothing_heavy():
+    code, out, err, heavy = run_cli('--help')
+    assert code == 0 and err == []
+    assert out.startswith('usage: mcnet-sr') and '--backbone' in out and '--tile' in out
+    assert heavy == ''
+
+
+def test_bad_arguments_answer_with_one_line_and_import_nothing_heavy(tmp_path):
+    cases = [
+        (['a.png', '-o', str(tmp_path), '--scale', '5'], 'unsupported scale 5'),
+        (['a.png', '-o', str(tmp_path), '--scale', '2', '--frobnicate'], 'unrecognized arguments: --frobnicate'),
+        (['a.png', '--scale', '2'], 'the following arguments are required: -o/--output'),
+        (['a.png', '-o', str(tmp_path), '--scale', '2', '--backbone', 'vgg'], "invalid choice: 'vgg'"),
+        (['a.png', '-o', str(tmp_path), '--scale', '2', '--tile', '2'], '--tile must be >= 8'),
+    ]
+    for argv, what in cases:
+        code, out, err, heavy = run_cli(*argv)
+        assert code == 2 and out == '', (argv, out)
+        assert len(err) == 1 and err[0].startswith('error: ') and what in err[0], (argv, err)
+        assert heavy == '', (argv, heavy)
+
+
+def test_constants_agree_with_the_package():
+    import mcnet_sr_cli
+    from mcnet_basicsr import inference
+    from mcnet_basicsr.deq import SolverConfig
+    from mcnet_basicsr.pretrained import BACKBONES, SCALES
+    fast = SolverConfig.preset('fast')
+    assert mcnet_sr_cli.BACKBONES == BACKBONES and mcnet_sr_cli.SCALES == SCALES
+    assert (mcnet_sr_cli.FAST_MAX_ITER, mcnet_sr_cli.FAST_TOL) == (fast.max_iter, fast.tol)
+    assert inference.UsageError is mcnet_sr_cli.UsageError  # raised in the heavy part, caught the same way
