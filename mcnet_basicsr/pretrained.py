@@ -43,7 +43,7 @@ def srcnn_options(scale):
     return {'type': 'SRCNN', 'padding_mode': 'replicate'}
 
 
-def compact_backbone_options(name, scale):
+def rgb_backbone_options(name, scale):
     """Arch options of the RGB backbones with layers here (the same as in options/*_{rcan,rdn}_compact_x*.yml,
     options/*_{imdn,pan}_x*.yml)."""
     if name == 'rcan_compact':
@@ -79,7 +79,10 @@ def build_pretrained_backbone(name, scale, device='cpu'):
     if name == 'srcnn':
         return build_pretrained_srcnn(scale, device)
     _check_scale(scale)
-    net = build_network(compact_backbone_options(name, scale))
+    if name in OFFICIAL_BACKBONES:
+        raise ValueError(f'{name}: its official weights are third-party and not shipped; build the arch from '
+                         f'rgb_backbone_options({name!r}, {scale}) and load them (scripts/fetch_assets.py {name}).')
+    net = build_network(rgb_backbone_options(name, scale))
     load_network(net, weight_path(f'{name}_x{scale}.pth'))
     return net.eval().to(device)
 
@@ -116,7 +119,7 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
     if backbone == 'srcnn':
         arch = dict(backbone=srcnn_options(scale), backbone_input='upsampled', backbone_channels=1)
     else:
-        arch = dict(backbone=compact_backbone_options(backbone, scale), backbone_input='lr', backbone_channels=3)
+        arch = dict(backbone=rgb_backbone_options(backbone, scale), backbone_input='lr', backbone_channels=3)
     net = MCNetArch(
         **arch,
         backbone_path=backbone_path or weight_path(f'{backbone}_x{scale}.pth'),

@@ -125,14 +125,14 @@ def test_shipped_weights_stay_within_30_mb():
 
 
 @pytest.mark.parametrize('scale', [2, 3, 4])
-@pytest.mark.parametrize('name', ['rcan_compact', 'rdn_compact'])
-def test_pretrained_compact_options_match_the_option_files(name, scale):
-    """mcnet-sr builds the compact backbones from mcnet_basicsr.pretrained: the same arch as the option files."""
-    from mcnet_basicsr.pretrained import compact_backbone_options
+@pytest.mark.parametrize('name', ['rcan_compact', 'rdn_compact', 'imdn', 'pan'])
+def test_pretrained_rgb_backbone_options_match_the_option_files(name, scale):
+    """mcnet-sr builds the RGB backbones from mcnet_basicsr.pretrained: the same arch as the option files."""
+    from mcnet_basicsr.pretrained import rgb_backbone_options
     for kind in ('test', 'test_mcnet', 'train_mcnet'):
         opt = _load(next(p for p in OPTIONS if p.name == f'{kind}_{name}_x{scale}.yml'))['network_g']
         block = opt if kind == 'test' else opt['backbone']
-        assert compact_backbone_options(name, scale) == block, kind
+        assert rgb_backbone_options(name, scale) == block, kind
 
 
 @pytest.mark.parametrize('name', sorted(p.name for p in OPTIONS if p.name.startswith('train_mcnet_')))
