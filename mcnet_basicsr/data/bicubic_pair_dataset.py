@@ -21,8 +21,8 @@ class BicubicPairDataset(CleanPatchDataset):
     the measurement model at the crop's edges: the LR pixels there were computed from HR pixels outside
     the crop, while the operator ``A`` of the implicit layer sees only the crop (MATLAB's symmetric
     padding at its edge). Forcing ``A x = b`` then distorts a band along every edge, a large share of a
-    small training patch, and the loss learns to fight that instead of the backbone's errors. Here every
-    pair satisfies ``b = round(A x)`` exactly, as whole test images do.
+    small training patch, which whole test images do not have. Here every pair satisfies
+    ``b = clip(round(A x))`` exactly, as whole test images do.
 
     Train phase: a random ``gt_size`` crop (a multiple of ``scale``) of each HR image, flips and
     rotations, then the LR. Images smaller than the crop are replaced by a randomly drawn other image.
