@@ -230,6 +230,23 @@ def test_project_eps0_matches_dense_least_norm_solution(op_type, scale):
 
 @pytest.mark.parametrize('op_type', TYPES)
 @pytest.mark.parametrize('scale', SCALES)
+def test_project_eps0_per_axis_inverses_equal_the_eigenbasis_formula(op_type, scale):
+    """eps = 0 goes through (M M^T)^{-1} per axis (banded Cholesky); it equals the eigenbasis formula
+    x - R^T diag(1 / sig) (R x - U_h^T b U_w), R = U^T M, that eps > 0 uses, to float64 rounding."""
+    op = build_operator({'type': op_type, 'scale': scale})
+    h, w = 23 * scale, 17 * scale
+    x, b = _random_problem(op, 3, 2, h, w, seed=5)
+    ah, aw = (op._axis(n, torch.float64, 'cpu', need='spectral') for n in (h, w))
+    sig = ah['eigvals'][:, None] * aw['eigvals'][None, :]
+    r_rot = ah['rotated'] @ x @ aw['rotated'].T - ah['eigvecs'].T @ b @ aw['eigvecs']
+    ref = x - ah['rotated'].T @ (r_rot / sig) @ aw['rotated']
+    p = op.project(x, b, 0.0)
+    assert ((p - ref).flatten(1).norm(dim=1) <= 1e-12 * ref.flatten(1).norm(dim=1)).all()
+    assert ((p - ref).abs().max() <= 1e-12 * ref.abs().max())
+
+
+@pytest.mark.parametrize('op_type', TYPES)
+@pytest.mark.parametrize('scale', SCALES)
 def test_project_eps0_float32_feasible_and_idempotent(op_type, scale):
     op = build_operator({'type': op_type, 'scale': scale})
     img = _photo('astronaut', 0, 0, 144, 180)
