@@ -230,6 +230,67 @@ def test_project_eps0_matches_dense_least_norm_solution(op_type, scale):
 
 @pytest.mark.parametrize('op_type', TYPES)
 @pytest.mark.parametrize('scale', SCALES)
+def test_project_eps0_per_axis_inverses_equal_the_eigenbasis_formula(op_type, scale):
+    """eps = 0 goes through (M M^T)^{-1} per axis (banded Cholesky); it equals the eigenbasis formula
+    x - R^T diag(1 / sig) (R x - U_h^T b U_w), R = U^T M, that eps > 0 uses, to float64 rounding."""
+    op = build_operator({'type': op_type, 'scale': scale})
+    h, w = 23 * scale, 17 * scale
+    x, b = _random_problem(op, 3, 2, h, w, seed=5)
+    ah, aw = (op._axis(n, torch.float64, 'cpu', need='spectral') for n in (h, w))
+    sig = ah['eigvals'][:, None] * aw['eigvals'][None, :]
+    r_rot = ah['rotated'] @ x @ aw['rotated'].T - ah['eigvecs'].T @ b @ aw['eigvecs']
+    ref = x - ah['rotated'].T @ (r_rot / sig) @ aw['rotated']
+    p = op.project(x, b, 0.0)
+    assert ((p - ref).flatten(1).norm(dim=1) <= 1e-12 * ref.flatten(1).norm(dim=1)).all()
+    assert ((p - ref).abs().max() <= 1e-12 * ref.abs().max())
+
+
+@pytest.mark.parametrize('op_type,scale', [('bicubic', 2), ('bicubic', 3), ('bicubic', 4), ('box', 3),
+                                           ('gaussian', 2), ('gaussian', 3)])
+@pytest.mark.parametrize('lr_length', [1, 2, 7, 64, 301])
+def test_axis_eigenpairs_match_dense_eigh(op_type, scale, lr_length):
+    """The cached eigenpairs of M M^T (the DCT-II basis for bicubic and box, LAPACK's for the Gaussian) against
+    numpy's dense eigh of M M^T, all float64: equal eigenvalues, eigenpairs and orthonormality to rounding,
+    U^T M as cached, and equal spectral functions U f(s) U^T (which do not depend on how a repeated
+    eigenvalue's eigenvectors are chosen)."""
+    op = build_operator({'type': op_type, 'scale': scale})
+    entry = op._axis(lr_length * scale, torch.float64, 'cpu', need='spectral')
+    s, u, rotated = (entry[k].numpy() for k in ('eigvals', 'eigvecs', 'rotated'))
+    m = np.array(op.axis_matrix(lr_length * scale), dtype=np.float64)
+    gram = m @ m.T
+    ref_s, ref_u = np.linalg.eigh(gram)
+    tol = 1e-13 * ref_s[-1]
+    assert np.abs(s - ref_s).max() <= tol  # ascending, like eigh
+    assert np.abs(gram @ u - u * s).max() <= tol
+    assert np.abs(u.T @ u - np.eye(lr_length)).max() <= 1e-13
+    assert np.abs(rotated - u.T @ m).max() <= 1e-13
+    for f in (lambda t: 1.0 / t, lambda t: 0.7 / (1.0 + 0.7 * t)):  # eps = 0 and an eps > 0 multiplier
+        assert np.abs((u * f(s)) @ u.T - (ref_u * f(ref_s)) @ ref_u.T).max() <= 1e-12 * np.abs(f(ref_s)).max()
+
+
+@pytest.mark.parametrize('op_type,scale', [('bicubic', 2), ('bicubic', 4), ('box', 3)])
+def test_project_eps_positive_dct_equals_dense_eigh_path(monkeypatch, op_type, scale):
+    """eps > 0 through the DCT-II eigenpairs equals the same projection through LAPACK's eigenpairs (the
+    fallback, forced here) to float64 rounding."""
+    from mcnet_basicsr.ops import separable
+    op = build_operator({'type': op_type, 'scale': scale})
+    h, w = 31 * scale, 20 * scale
+    x, b = _random_problem(op, 3, 2, h, w, seed=7)
+    eps = op.residual_norm(x, b) * torch.tensor([0.3, 0.01, 2.0], dtype=torch.float64)
+    p = op.project(x, b, eps)
+
+    def lapack_eigenpairs(gram):
+        eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(gram.toarray()))
+        return eigvals.numpy(), eigvecs.numpy()
+
+    monkeypatch.setattr(separable, '_gram_eigenpairs', lapack_eigenpairs)
+    ref = build_operator({'type': op_type, 'scale': scale}).project(x, b, eps)
+    assert ((p - ref).flatten(1).norm(dim=1) <= 1e-12 * ref.flatten(1).norm(dim=1)).all()
+    assert torch.equal(p[2], x[2])  # inside its ball
+
+
+@pytest.mark.parametrize('op_type', TYPES)
+@pytest.mark.parametrize('scale', SCALES)
 def test_project_eps0_float32_feasible_and_idempotent(op_type, scale):
     op = build_operator({'type': op_type, 'scale': scale})
     img = _photo('astronaut', 0, 0, 144, 180)

@@ -1,10 +1,11 @@
 """Measurement operators: bad sizes, the operator registry and the per-size eigendecomposition cache."""
 import numpy as np
 import pytest
+import scipy.linalg
 import torch
 import torch.nn.functional as F
 
-from mcnet_basicsr.ops import OPERATOR_REGISTRY, SeparableDownsample, build_operator
+from mcnet_basicsr.ops import OPERATOR_REGISTRY, SeparableDownsample, build_operator, separable
 
 TYPES = ('bicubic', 'box', 'gaussian')
 
@@ -100,21 +101,47 @@ def test_registry_default_name_is_class_name():
         OPERATOR_REGISTRY.unregister('TestBoxTwice')
 
 
-def test_eigendecomposition_is_cached_per_size(monkeypatch):
+def test_factorisations_are_cached_per_size(monkeypatch):
     op = build_operator({'type': 'bicubic', 'scale': 2})
+    eig_calls, cholesky_calls = [], []
+    real_eig, real_cholesky = separable._gram_eigenpairs, scipy.linalg.cholesky_banded
+
+    def counting_eig(gram):
+        eig_calls.append(gram.shape)
+        return real_eig(gram)
+
+    def counting_cholesky(*args, **kwargs):
+        cholesky_calls.append(args[0].shape[1])  # banded storage: (bands, n)
+        return real_cholesky(*args, **kwargs)
+
+    monkeypatch.setattr(separable, '_gram_eigenpairs', counting_eig)
+    monkeypatch.setattr(scipy.linalg, 'cholesky_banded', counting_cholesky)
+    x, b = _random_problem(op, 2, 1, 16, 24)
+    op.project(x, b, 0.0)  # eps = 0: one banded Cholesky per axis length, no eigendecomposition
+    assert sorted(cholesky_calls) == [8, 12] and eig_calls == []
+    op.project(x, b, 0.1)  # eps > 0: one eigendecomposition per axis length
+    assert sorted(eig_calls) == [(8, 8), (12, 12)]
+    for dtype in (torch.float32, torch.float64):  # a new dtype casts the cached float64 factors
+        for eps in (0.0, 0.1):
+            op.project(x.to(dtype), b.to(dtype), eps)
+    op.project(*_random_problem(op, 1, 1, 16, 16), 0.0)  # H = 16 and W = 16 share one axis entry
+    op.project(*_random_problem(op, 1, 1, 16, 16), 0.1)
+    assert len(eig_calls) == 2 and len(cholesky_calls) == 2
+
+
+@pytest.mark.parametrize('op_type,dense', [('bicubic', False), ('box', False), ('gaussian', True)])
+def test_dense_eigendecomposition_only_where_the_dct_does_not_diagonalise(monkeypatch, op_type, dense):
+    """Bicubic and box get their eigenpairs from the DCT-II basis (no O(n^3) eigendecomposition); the Gaussian,
+    centred on a pixel, is not DCT-diagonal and gets LAPACK's."""
     calls = []
     real_eigh = torch.linalg.eigh
 
     def counting_eigh(*args, **kwargs):
-        calls.append(args[0].shape)
+        calls.append(tuple(args[0].shape))
         return real_eigh(*args, **kwargs)
 
     monkeypatch.setattr(torch.linalg, 'eigh', counting_eigh)
-    x, b = _random_problem(op, 2, 1, 16, 24)
-    op.project(x, b, 0.0)
-    assert sorted(calls) == [(8, 8), (12, 12)]
-    op.project(x.float(), b.float(), 0.1)  # new dtype: cast of the cached float64 factors, no new eigh
-    op.project(x, b, 0.0)
-    assert len(calls) == 2
-    op.project(*_random_problem(op, 1, 1, 16, 16), 0.0)  # H = 16 and W = 16 share one axis entry
-    assert len(calls) == 2
+    for scale in (2, 3, 4):
+        op = build_operator({'type': op_type, 'scale': scale})
+        op.project(*_random_problem(op, 1, 1, 10 * scale, 7 * scale), 0.1)
+    assert (len(calls) == 6) if dense else (calls == [])
