@@ -36,7 +36,7 @@ ITER = re.compile(r'\[epoch:\s*\d+, iter:\s*([\d,]+), lr:')
 
 def parse_log(text, warmup):
     """Seconds per iteration, mean solver iterations and last validation metrics from a BasicSR log."""
-    stamps, solver = {}, {'fwd_iter': [], 'bwd_iter': []}
+    stamps, solver = {}, {'fwd_iter': [], 'bwd_iter': [], 't_fwd': [], 't_bwd': [], 't_opt': []}
     metrics = {}
     for raw in text.splitlines():
         m = LINE.match(raw)
@@ -49,7 +49,7 @@ def parse_log(text, warmup):
             for key in solver:
                 found = re.search(rf'\b{key}: ([-+\d.e]+)', msg)
                 if found:
-                    solver[key].append(float(found.group(1)))
+                    solver[key].append((i, float(found.group(1))))
             continue
         for key in ('psnr', 'ssim'):
             found = re.match(rf'\s*# {key}: ([\d.]+)', msg)
@@ -65,10 +65,17 @@ def parse_log(text, warmup):
     if last == first:
         raise ValueError(f'need logged iterations after --warmup {warmup}; logged: {sorted(stamps)}')
     sec_per_iter = (stamps[last] - stamps[first]).total_seconds() / (last - first)
+
+    def mean(key):  # over the timed iterations
+        values = [v for i, v in solver[key] if i > first]
+        return sum(values) / len(values) if values else None
+
     return {
         'sec_per_iter': sec_per_iter, 'timed_iters': [first, last],
-        'fwd_iter_mean': sum(solver['fwd_iter']) / len(solver['fwd_iter']) if solver['fwd_iter'] else None,
-        'bwd_iter_mean': sum(solver['bwd_iter']) / len(solver['bwd_iter']) if solver['bwd_iter'] else None,
+        'fwd_iter_mean': mean('fwd_iter'), 'bwd_iter_mean': mean('bwd_iter'),
+        # seconds per step of the forward solve, the loss + implicit backward (+ all-reduce), the optimizer
+        # (train.log_step_times; None without it)
+        'step_times': {k: mean(k) for k in ('t_fwd', 't_bwd', 't_opt')},
         **metrics
     }
 
@@ -111,16 +118,21 @@ def run_one(args, ngpu, cuda):
 
 def markdown(records, device, opt):
     base = records[0]['sec_per_iter']
-    rows = ['| GPUs | batch/GPU | s/iter | images/s | speed-up | fwd iters | bwd iters | val PSNR | val SSIM '
-            '| wall s |', '|---|---|---|---|---|---|---|---|---|---|']
+    rows = ['| GPUs | batch/GPU | s/iter | images/s | speed-up | fwd iters | bwd iters | s fwd / bwd / opt | val PSNR '
+            '| val SSIM | wall s |', '|---|---|---|---|---|---|---|---|---|---|---|']
 
     def fmt(v, f):
         return '-' if v is None else format(v, f)
 
+    def steps(r):
+        t = r.get('step_times') or {}
+        return ' / '.join(fmt(t.get(k), '.3f') for k in ('t_fwd', 't_bwd', 't_opt'))
+
     for r in records:
         rows.append(f"| {r['gpus']} | {r['batch_per_gpu']} | {r['sec_per_iter']:.3f} | {r['images_per_s']:.0f} | "
                     f"{base / r['sec_per_iter']:.2f}x | {fmt(r['fwd_iter_mean'], '.1f')} | "
-                    f"{fmt(r['bwd_iter_mean'], '.1f')} | {fmt(r.get('psnr'), '.2f')} | {fmt(r.get('ssim'), '.4f')} | "
+                    f"{fmt(r['bwd_iter_mean'], '.1f')} | {steps(r)} | {fmt(r.get('psnr'), '.2f')} | "
+                    f"{fmt(r.get('ssim'), '.4f')} | "
                     f"{r['wall_s']:.0f} |")
     r0 = records[0]
     head = (f'MCNet training, `{opt}`, total batch {r0["total_batch"]}, {r0["iters"]} iterations '

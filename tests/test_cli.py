@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO_ROOT
 
 HEAVY = ('torch', 'basicsr', 'cv2', 'skimage', 'mcnet_basicsr')
@@ -62,3 +64,20 @@ def test_constants_agree_with_the_package():
     assert mcnet_sr_cli.BACKBONES == BACKBONES and mcnet_sr_cli.SCALES == SCALES
     assert (mcnet_sr_cli.FAST_MAX_ITER, mcnet_sr_cli.FAST_TOL) == (fast.max_iter, fast.tol)
     assert inference.UsageError is mcnet_sr_cli.UsageError  # raised in the heavy part, caught the same way
+
+
+@pytest.mark.slow  # three fresh processes that import torch
+def test_latency_benchmark_times_each_stage(tmp_path):
+    """scripts/benchmark_cli.py runs the real command and a breakdown whose stages add up to the process's life."""
+    import json
+    out = tmp_path / 'cli.json'
+    proc = subprocess.run([sys.executable, 'scripts/benchmark_cli.py', '--device', 'cpu', '--scale', '2', '--size', '24',
+                           '--repeats', '1', '--json', str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    m = rec['median']
+    assert 0 < m['import_torch_s'] < m['cli_to_file_written_s'] <= m['cli_to_exit_s']
+    stages = ('interpreter', 'torch', 'package', 'model', 'setup', 'image', 'image_again', 'exit')
+    assert all(m[k] >= 0 for k in stages) and m['iterations'] >= 1
+    assert 'breakdown' in proc.stdout

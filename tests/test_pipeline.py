@@ -1,6 +1,7 @@
 """End-to-end: data preparation -> train_pipeline -> checkpoint -> auto-resume -> test_pipeline,
 through our entry points and through BasicSR's own scripts (opt-in autoload hook)."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -115,12 +116,17 @@ def test_train_checkpoint_resume_and_test(workspace):
     log = newest_log(exp, 'train')
     assert '# psnr:' in log and 'fidelity_float' in log and 'beta:' in log and 'fwd_iter:' in log
 
-    # --auto_resume on CPU: continues from iteration 4 instead of starting over
-    dump_option(tiny_train_option(ws, total_iter=6), opt_path)
+    # --auto_resume on CPU: continues from iteration 4 instead of starting over (and logs the step's split)
+    opt = tiny_train_option(ws, total_iter=6)
+    opt['train']['log_step_times'] = True
+    dump_option(opt, opt_path)
     in_process('train', ws, opt_path, '--auto_resume')
     log = newest_log(exp, 'train')
     assert 'Resuming training from epoch' in log and 'iter: 4.' in log
     assert (exp / 'models' / 'net_g_6.pth').is_file()
+    step = next(ln for ln in log.splitlines() if re.search(r'iter: *6,', ln))
+    times = {k: float(step.split(f'{k}: ')[1].split()[0]) for k in ('t_fwd', 't_bwd', 't_opt')}
+    assert all(t > 0 for t in times.values()) and times['t_fwd'] + times['t_bwd'] < 60, step
 
     # test_pipeline on the produced checkpoint writes PSNR/SSIM (and fidelities) to its log
     test_path = dump_option(tiny_test_option(ws, exp / 'models' / 'net_g_latest.pth', 'e2e_test'), ws / 'test.yml')

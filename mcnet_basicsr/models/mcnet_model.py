@@ -1,3 +1,4 @@
+import time
 from collections import OrderedDict
 
 import torch
@@ -42,6 +43,9 @@ class MCNetModel(SRModel):
       within its receptive field) than anywhere in a whole test image, and a layer trained on that
       band learns to correct errors the test images do not have;
     * the log carries beta and the solver statistics (forward/backward iterations, residuals);
+      ``train.log_step_times: true`` adds the seconds of each part of a step (``t_fwd``: the forward
+      solve, ``t_bwd``: loss and implicit backward solve, including DDP's gradient all-reduce and the wait
+      for the slowest rank, ``t_opt``: optimizer and EMA), CUDA-synchronised, which costs a little speed;
     * validation also logs the float data fidelity ``||A x - b||_2`` (mean and max over the set),
       computed before the output is quantised to uint8, and, where the set has ground truth, PSNR/SSIM
       in the project's table protocol (the output's Y rounded to uint8, crop = scale; ``psnr_y_uint8``):
@@ -64,6 +68,7 @@ class MCNetModel(SRModel):
             raise ValueError(f'train.loss_crop_border must be an int >= 0 (HR pixels), got {self.loss_crop_border!r}.')
         if not self.opt['train'].get('pixel_opt'):
             raise ValueError('MCNetModel trains with a pixel loss: set train.pixel_opt (e.g. {type: MSELoss}).')
+        self.log_step_times = bool(self.opt['train'].get('log_step_times', False))
         super().init_training_settings()
 
     def model_to_device(self, net):
@@ -104,21 +109,34 @@ class MCNetModel(SRModel):
             return rgb_to_ycbcr(img)[:, :1]
         return img
 
+    def _mark(self):
+        """A time stamp for ``train.log_step_times`` (after the device's queued work), else None."""
+        if not self.log_step_times:
+            return None
+        if self.device.type == 'cuda':
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
     def optimize_parameters(self, current_iter):
+        t0 = self._mark()
         self.optimizer_g.zero_grad()
         # the arch scopes TF32 to its forward; the implicit backward solve runs in l_pix.backward(), so the whole
         # step runs under the arch's setting
         with tf32(self.get_bare_model(self.net_g).allow_tf32):
             self.output = self.net_g(self.lq)
+            t1 = self._mark()
             loss_dict = OrderedDict()
             l_pix = self.cri_pix(self._loss_view(self.output), self._loss_view(self.gt))
             loss_dict['l_pix'] = l_pix
             l_pix.backward()
+        t2 = self._mark()
         self.optimizer_g.step()
         self.log_dict = self.reduce_loss_dict(loss_dict)
         self.log_dict.update(self._solver_log())
         if self.ema_decay > 0:
             self.model_ema(decay=self.ema_decay)
+        if self.log_step_times:
+            self.log_dict.update(t_fwd=t1 - t0, t_bwd=t2 - t1, t_opt=self._mark() - t2)
 
     def _solver_log(self):
         net = self.get_bare_model(self.net_g)
