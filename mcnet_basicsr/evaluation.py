@@ -29,6 +29,7 @@ from basicsr.metrics import calculate_psnr, calculate_ssim
 from basicsr.utils import img2tensor, tensor2img
 from tqdm import tqdm
 
+from mcnet_basicsr.archs.backbone_presets_arch import backbone_type
 from mcnet_basicsr.metrics import y_uint8_metrics
 from mcnet_basicsr.ops import build_operator
 from mcnet_basicsr.utils.checkpoint import load_network
@@ -100,11 +101,15 @@ def set_by_path(opt, dotted, value):
 
 
 def describe(net_opt):
-    """(method, backbone) labels of a network_g block."""
+    """(method, backbone) labels of a network_g block: the backbone's arch type in lower case (a preset's too)."""
     kind = net_opt['type']
     if kind in METHODS:
-        backbone = net_opt.get('backbone', {}).get('type', 'none') if isinstance(net_opt.get('backbone'), dict) else 'none'
-        return METHODS[kind], backbone.lower()
+        backbone = net_opt.get('backbone')
+        if isinstance(backbone, str):
+            return METHODS[kind], backbone_type(backbone).lower()
+        return METHODS[kind], backbone.get('type', 'none').lower() if isinstance(backbone, dict) else 'none'
+    if kind == 'BackbonePreset':
+        return 'backbone', backbone_type(net_opt['preset']).lower()
     return 'backbone', kind.lower()
 
 
