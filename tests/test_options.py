@@ -35,7 +35,7 @@ def test_option_file_is_consistent_with_its_scale(path):
         assert opt['model_type'] == 'DenoiserModel', f'{path.name}: SR option files end in _x<scale>.yml'
         return
     assert opt['scale'] == s
-    assert opt['name'] and opt['model_type'] in ('SRModel', 'MCNetModel', 'DenoiserModel')
+    assert opt['name'] and opt['model_type'] in ('SRModel', 'ProtocolSRModel', 'MCNetModel', 'DenoiserModel')
     for ds in opt.get('datasets', {}).values():
         for key in ('dataroot_gt', 'dataroot_lq'):
             root = ds.get(key)
