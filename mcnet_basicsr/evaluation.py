@@ -1,8 +1,13 @@
 """The tables' evaluation: BasicSR test option files under the project's protocol, one JSON record per set.
 
+A file runs through its model's validation (``build_model(opt).validation``; an ``SRModel`` file through
+:class:`ProtocolSRModel`, the SRModel that also measures), and each record aggregates the per-image numbers that
+validation logs (``mcnet_basicsr.metrics.image_metrics``): what ``mcnet_basicsr/test.py`` prints for a file is what
+the tables say of it.
+
 Protocol: HR mod-cropped to the scale, LR = MATLAB bicubic then uint8 (``scripts/prepare_datasets.py``), the
-output's Y channel quantised to uint8 (``mcnet_basicsr.metrics.y_uint8_metrics``, the function MCNetModel's
-validation logs as ``psnr_y_uint8``), PSNR/SSIM on Y against BasicSR's Y of the uint8 HR (crop = scale), and the
+output's Y channel quantised to uint8 (``mcnet_basicsr.metrics.y_uint8_metrics``, logged as ``psnr_y_uint8``),
+PSNR/SSIM on Y against BasicSR's Y of the uint8 HR (crop = scale), and the
 data fidelity ||A x - b||_2 on Y in [0, 1] of the *float* output (mean and max over the set). This protocol
 reproduces the literature's figures to the hundredth (Set5 bicubic 33.670 / 30.398 / 28.426, official SRCNN
 36.660 / 32.754 / 30.489 at x2 / x3 / x4).
@@ -17,23 +22,21 @@ relative residual returned; both are None for methods that run a fixed number of
 Older records (docs/records/) may have the RGB-uint8 numbers under "psnr"/"ssim" and lack the convergence keys.
 """
 import contextlib
+import copy
 import os
 import os.path as osp
-import time
+import tempfile
 
 import numpy as np
 import torch
 import yaml
-from basicsr.archs import build_network
-from basicsr.metrics import calculate_psnr, calculate_ssim
-from basicsr.utils import img2tensor, tensor2img
-from tqdm import tqdm
+from basicsr.data import build_dataloader, build_dataset
+from basicsr.models import build_model
 
-from mcnet_basicsr.metrics import y_uint8_metrics
-from mcnet_basicsr.ops import build_operator
+from mcnet_basicsr.archs.backbone_presets_arch import backbone_type
+from mcnet_basicsr.models.protocol_sr_model import ProtocolSRModel
 from mcnet_basicsr.utils.checkpoint import load_network
-from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr
-from mcnet_basicsr.utils.images import IMG_EXT, read_rgb
+from mcnet_basicsr.utils.images import IMG_EXT
 
 METHODS = {'MCNetArch': 'mcnet', 'Bicubic': 'bicubic', 'PnPADMM': 'pnp', 'TVTV': 'tvtv'}
 # the set on which anything is selected (beta, denoisers); Set14 stays a test set
@@ -100,11 +103,15 @@ def set_by_path(opt, dotted, value):
 
 
 def describe(net_opt):
-    """(method, backbone) labels of a network_g block."""
+    """(method, backbone) labels of a network_g block: the backbone's arch type in lower case (a preset's too)."""
     kind = net_opt['type']
     if kind in METHODS:
-        backbone = net_opt.get('backbone', {}).get('type', 'none') if isinstance(net_opt.get('backbone'), dict) else 'none'
-        return METHODS[kind], backbone.lower()
+        backbone = net_opt.get('backbone')
+        if isinstance(backbone, str):
+            return METHODS[kind], backbone_type(backbone).lower()
+        return METHODS[kind], backbone.get('type', 'none').lower() if isinstance(backbone, dict) else 'none'
+    if kind == 'BackbonePreset':
+        return 'backbone', backbone_type(net_opt['preset']).lower()
     return 'backbone', kind.lower()
 
 
@@ -115,73 +122,87 @@ def load_weights(net, path_opt):
     load_network(net, path, path_opt.get('param_key_g', 'params'), strict=path_opt.get('strict_load_g', True))
 
 
-def psnr_float_y(y, gt, scale):
-    """The paper's secondary protocol: PSNR of the *float* output Y (clipped to [0, 1], not rounded) against
-    the HR Y, both BT.601 in [0, 1], crop = scale. ``y``: 1x1xHxW tensor; ``gt``: HxWx3 BGR float in [0, 1]
-    (as ``read_rgb`` returns it)."""
-    gt_y = rgb_to_ycbcr(torch.from_numpy(np.ascontiguousarray(gt[:, :, ::-1].transpose(2, 0, 1)))[None].double())[:, :1]
-    diff = (y.double().cpu().clamp(0, 1) - gt_y)[..., scale:-scale, scale:-scale]
-    return float(10 * torch.log10(1 / diff.pow(2).mean()))
+def test_options(opt, device):
+    """A copy of a test option dict as BasicSR's test pipeline would run it on ``device``: one process, no
+    result folders written (images are not saved), ``SRModel`` measured by :class:`ProtocolSRModel`. BasicSR's own
+    validation metrics are left out: the records carry the same numbers per image (``psnr_rgb_uint8`` ...)."""
+    opt = copy.deepcopy(opt)
+    if opt.get('model_type', 'SRModel') == 'SRModel':
+        opt['model_type'] = 'ProtocolSRModel'  # SRModel plus the measurements; same network, same test()
+    opt.update(is_train=False, dist=False, rank=0, world_size=1, num_gpu=1 if device.type == 'cuda' else 0)
+    opt['path'] = dict(opt.get('path') or {})
+    opt['val'] = dict(opt.get('val') or {}, metrics=None, pbar=True)
+    for ds in opt['datasets'].values():
+        ds.update(phase='test', scale=opt['scale'])
+    return opt
 
 
 def evaluate_option(opt, device, overrides=(), limit=None):
-    net = build_network(opt['network_g'])
-    load_weights(net, opt.get('path', {}))
-    net.eval().to(device)
-    scale = opt['scale']
-    op = build_operator({'type': 'bicubic', 'scale': scale})
+    """One record per dataset of a test option dict: the set's images (sorted by name, the first ``limit``) run
+    through the model's validation (``build_model(opt).validation``), aggregated from its per-image measurements
+    (:class:`~mcnet_basicsr.models.protocol_sr_model.ProtocolSRModel`)."""
+    if device.type == 'cuda' and device.index is not None:
+        torch.cuda.set_device(device)
+    opt = test_options(opt, device)
+    model = build_model(opt)
+    if not isinstance(model, ProtocolSRModel):
+        raise ValueError(f'model_type {opt["model_type"]!r} does not measure the tables\' protocol; use SRModel, '
+                         'ProtocolSRModel or MCNetModel (or a subclass of ProtocolSRModel).')
     method, backbone = describe(opt['network_g'])
-    # radius of the consistency ball of the constrained methods (eps absolute or eps_rms per LR pixel)
     eps_abs, eps_rms = opt['network_g'].get('eps'), opt['network_g'].get('eps_rms')
     records = []
     for ds in opt['datasets'].values():
-        names = sorted(f for f in os.listdir(ds['dataroot_gt']) if f.lower().endswith(IMG_EXT))[:limit]
-        psnrs, ssims, fids, secs, iters, ratios, psnrs_fy, psnrs_rgb, ssims_rgb = [], [], [], [], [], [], [], [], []
-        converged, residuals = [], []
-        for name in tqdm(names, desc=f'{opt["name"]} {ds["name"]}', unit='img', leave=False):
-            gt = read_rgb(osp.join(ds['dataroot_gt'], name))
-            lq = img2tensor(read_rgb(osp.join(ds['dataroot_lq'], name)), bgr2rgb=True, float32=True)[None].to(device)
-            if device.type == 'cuda':
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                out = net(lq)
-            if device.type == 'cuda':
-                torch.cuda.synchronize()
-            secs.append(time.perf_counter() - t0)
-            y, b = luma(out.double()), luma(lq.double())
-            fids.append(float(op.residual_norm(y, b)[0]))
-            eps_i = float(eps_rms) * b[0, 0].numel() ** 0.5 if eps_rms else float(eps_abs or 0.0)
-            if eps_i > 0:
-                ratios.append(fids[-1] / eps_i)
-            # tensor2img clamps in place (on CPU tensors): hand it a copy, after the fidelity
-            sr_img = tensor2img([out.detach().cpu().clone()])
-            gt_img = (gt * 255.0).round().astype(np.uint8)
-            p_yu8, s_yu8 = y_uint8_metrics(y, gt_img, scale)
-            psnrs.append(p_yu8)
-            ssims.append(s_yu8)
-            psnrs_rgb.append(calculate_psnr(sr_img, gt_img, crop_border=scale, test_y_channel=True))
-            ssims_rgb.append(calculate_ssim(sr_img, gt_img, crop_border=scale, test_y_channel=True))
-            psnrs_fy.append(psnr_float_y(y, gt, scale))
-            stats = getattr(net, 'last_stats', None)
-            if stats:
-                iters.append(float(stats['forward'].iterations.float().mean()))
-                if method == 'mcnet':  # a tolerance-stopped solve (the baselines run a fixed iteration count)
-                    converged.append(bool(stats['forward'].converged.all()))
-                    residuals.append(float(stats['forward'].residual.max()))
-        records.append({
-            'method': method, 'backbone': backbone, 'scale': scale, 'dataset': ds['name'],
-            'psnr': float(np.mean(psnrs)), 'ssim': float(np.mean(ssims)), 'fidelity': float(np.max(fids)),
-            'fidelity_mean': float(np.mean(fids)), 'seconds_per_image': float(np.mean(secs[1:] or secs)),
-            'iterations': float(np.mean(iters)) if iters else None, 'iterations_max': max(iters) if iters else None,
-            'converged': float(np.mean(converged)) if converged else None,
-            'residual_max': max(residuals) if residuals else None, 'images': len(names), 'option': opt['name'],
-            'psnr_float_y': float(np.mean(psnrs_fy)),
-            'psnr_rgb_uint8': float(np.mean(psnrs_rgb)), 'ssim_rgb_uint8': float(np.mean(ssims_rgb)),
-            'eps': eps_abs, 'eps_rms': eps_rms, 'fidelity_over_eps': float(np.max(ratios)) if ratios else None,
-            'device': torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
-            'overrides': list(overrides)})
+        dataset = build_image_set(ds, limit)
+        loader = build_dataloader(dataset, ds, num_gpu=opt['num_gpu'], dist=False, sampler=None)
+        model.validation(loader, current_iter=0, tb_logger=None, save_img=False)
+        images = model.image_results[ds['name']]
+        records.append(set_record(images, method, backbone, opt, ds['name'], eps_abs, eps_rms, device, overrides))
     return records
+
+
+def build_image_set(ds, limit=None):
+    """A test dataset of the GT folder's images sorted by name (the first ``limit``), each paired with the LR file
+    of the same name: BasicSR's ``meta_info_file`` pairing, so an LR folder may hold just those files."""
+    ds = dict(ds)
+    if ds.get('meta_info_file') or ds.get('io_backend', {}).get('type') != 'disk':
+        dataset = build_dataset(ds)
+        dataset.paths = sorted(dataset.paths, key=lambda p: osp.basename(p['gt_path']))[:limit]
+        return dataset
+    names = sorted(f for f in os.listdir(ds['dataroot_gt']) if f.lower().endswith(IMG_EXT))[:limit]
+    with tempfile.TemporaryDirectory(prefix='image_set_') as tmp:
+        ds['meta_info_file'] = osp.join(tmp, 'meta_info.txt')
+        with open(ds['meta_info_file'], 'w') as f:
+            f.write(''.join(f'{name}\n' for name in names))
+        dataset = build_dataset(ds)  # reads the list at construction
+    # the pairs themselves (the meta-info format splits names at spaces)
+    dataset.paths = [{'lq_path': osp.join(ds['dataroot_lq'], n), 'gt_path': osp.join(ds['dataroot_gt'], n)}
+                     for n in names]
+    return dataset
+
+
+def set_record(images, method, backbone, opt, dataset, eps_abs, eps_rms, device, overrides):
+    """The record of one set (keys: the module docstring) from ProtocolSRModel's per-image dicts."""
+    def mean(key):
+        return float(np.mean([im[key] for im in images]))
+
+    secs = [im['seconds'] for im in images]
+    iters = [im['iterations'] for im in images if 'iterations' in im]
+    # tolerance-stopped solves only (the baselines run a fixed iteration count)
+    solved = [im for im in images if 'converged' in im] if method == 'mcnet' else []
+    ratios = [im['fidelity'] / im['eps'] for im in images if im['eps'] > 0]
+    fids = [im['fidelity'] for im in images]
+    return {
+        'method': method, 'backbone': backbone, 'scale': opt['scale'], 'dataset': dataset,
+        'psnr': mean('psnr'), 'ssim': mean('ssim'), 'fidelity': float(np.max(fids)),
+        'fidelity_mean': float(np.mean(fids)), 'seconds_per_image': float(np.mean(secs[1:] or secs)),
+        'iterations': float(np.mean(iters)) if iters else None, 'iterations_max': max(iters) if iters else None,
+        'converged': float(np.mean([im['converged'] for im in solved])) if solved else None,
+        'residual_max': max(im['residual'] for im in solved) if solved else None, 'images': len(images),
+        'option': opt['name'], 'psnr_float_y': mean('psnr_float_y'),
+        'psnr_rgb_uint8': mean('psnr_rgb_uint8'), 'ssim_rgb_uint8': mean('ssim_rgb_uint8'),
+        'eps': eps_abs, 'eps_rms': eps_rms, 'fidelity_over_eps': float(np.max(ratios)) if ratios else None,
+        'device': torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
+        'overrides': list(overrides)}
 
 
 def read_option(path, overrides=()):

@@ -16,13 +16,15 @@ import os.path as osp
 
 from basicsr.archs import build_network
 
+from .archs.backbone_presets_arch import BACKBONE_PRESETS, backbone_options
 from .archs.mcnet_arch import MCNetArch
 from .ops import QUANTIZATION_EPS_RMS
 from .utils.checkpoint import load_network
 
 WEIGHTS_DIR = osp.join(osp.dirname(osp.abspath(__file__)), 'weights')
 SCALES = (2, 3, 4)
-BACKBONES = ('srcnn', 'rcan_compact', 'rdn_compact', 'imdn', 'pan')
+# every backbone preset (mcnet_basicsr/archs/backbone_presets_arch.py) has layers here
+BACKBONES = tuple(BACKBONE_PRESETS)
 # backbones whose weights are third-party (a path must be given) and the scales their layers ship for
 OFFICIAL_BACKBONES = {'imdn': (3, 4), 'pan': (3, 4)}
 
@@ -39,28 +41,6 @@ def _check_scale(scale):
         raise ValueError(f'Unsupported scale {scale!r}. Shipped models exist for scales {SCALES}.')
 
 
-def srcnn_options(scale):
-    return {'type': 'SRCNN', 'padding_mode': 'replicate'}
-
-
-def rgb_backbone_options(name, scale):
-    """Arch options of the RGB backbones with layers here (the same as in options/*_{rcan,rdn}_compact_x*.yml,
-    options/*_{imdn,pan}_x*.yml)."""
-    if name == 'rcan_compact':
-        return {'type': 'RCAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 32, 'num_group': 4, 'num_block': 6,
-                'squeeze_factor': 8, 'upscale': scale, 'res_scale': 1, 'img_range': 255.,
-                'rgb_mean': [0.4488, 0.4371, 0.4040]}
-    if name == 'rdn_compact':
-        return {'type': 'RDN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 32, 'growth': 24, 'num_block': 6,
-                'num_layer': 4, 'upscale': scale, 'img_range': 255.}
-    if name == 'imdn':
-        return {'type': 'IMDN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 64, 'num_block': 6, 'upscale': scale}
-    if name == 'pan':
-        return {'type': 'PAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 40, 'num_feat_up': 24, 'num_block': 16,
-                'upscale': scale}
-    raise ValueError(f'Unknown RGB backbone {name!r}; known ones: rcan_compact, rdn_compact, imdn, pan.')
-
-
 def default_eps_rms(backbone):
     """The consistency radius a shipped layer was trained with: 0 (exact) for SRCNN, the uint8 level else."""
     return None if backbone == 'srcnn' else QUANTIZATION_EPS_RMS
@@ -69,7 +49,7 @@ def default_eps_rms(backbone):
 def build_pretrained_srcnn(scale, device='cpu'):
     """Our SRCNN at ``scale`` as an RGB LR -> RGB HR network (Y by SRCNN, CbCr bicubic)."""
     _check_scale(scale)
-    net = build_network(dict(srcnn_options(scale), scale=scale))
+    net = build_network(backbone_options('srcnn', scale))
     load_network(net, weight_path(f'srcnn_x{scale}.pth'))
     return net.eval().to(device)
 
@@ -81,8 +61,8 @@ def build_pretrained_backbone(name, scale, device='cpu'):
     _check_scale(scale)
     if name in OFFICIAL_BACKBONES:
         raise ValueError(f'{name}: its official weights are third-party and not shipped; build the arch from '
-                         f'rgb_backbone_options({name!r}, {scale}) and load them (scripts/fetch_assets.py {name}).')
-    net = build_network(rgb_backbone_options(name, scale))
+                         f'backbone_options({name!r}, {scale}) and load them (scripts/fetch_assets.py {name}).')
+    net = build_network(backbone_options(name, scale))
     load_network(net, weight_path(f'{name}_x{scale}.pth'))
     return net.eval().to(device)
 
@@ -116,12 +96,8 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
     """
     check_available(backbone, scale, backbone_path)
 
-    if backbone == 'srcnn':
-        arch = dict(backbone=srcnn_options(scale), backbone_input='upsampled', backbone_channels=1)
-    else:
-        arch = dict(backbone=rgb_backbone_options(backbone, scale), backbone_input='lr', backbone_channels=3)
     net = MCNetArch(
-        **arch,
+        backbone=backbone,
         backbone_path=backbone_path or weight_path(f'{backbone}_x{scale}.pth'),
         operator={'type': 'bicubic', 'scale': scale},
         eps=eps,

@@ -66,7 +66,8 @@ def build_mcnet(backbone, weights, scale, device, quick):
     if backbone == 'srcnn' and weights == 'ours':
         net_opt['backbone_path'], note = weight_path(f'srcnn_x{scale}.pth'), f'our shipped SRCNN x{scale}'
     if quick and backbone == 'rcan':  # a tiny random RCAN of the same type: the code path, not the numbers
-        net_opt['backbone'].update(num_feat=8, num_group=1, num_block=1, squeeze_factor=4)
+        net_opt['backbone'] = {'type': 'RCAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 8, 'num_group': 1,
+                               'num_block': 1, 'squeeze_factor': 4, 'upscale': scale}
         net_opt.pop('backbone_path', None)
         note = 'tiny random RCAN (quick run)'
     path_opt = dict(opt.get('path', {}))

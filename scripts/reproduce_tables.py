@@ -1,8 +1,8 @@
 """Run the rows of the paper's Table 2 (PSNR/SSIM) and Table 1 (data fidelity) that this project has.
 
-Every row is a BasicSR test option file evaluated by ``mcnet_basicsr.evaluation.evaluate_option``
-under the project protocol (see that module). Rows whose option file, weights or data are missing
-are reported as skipped, with the reason. Writes a JSON list of records and a markdown file with
+Every row is a BasicSR test option file run through its model's validation by
+``mcnet_basicsr.evaluation.evaluate_option`` under the project protocol (see that module). Rows whose option
+file, weights or data are missing are reported as skipped, with the reason. Writes a JSON list of records and a markdown file with
 the tables (the paper's numbers are not included: we do not have them reliably).
 
     python scripts/reproduce_tables.py                 # all rows, x2/x3/x4, Set5 + Set14, GPU if present

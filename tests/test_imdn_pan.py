@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from basicsr.archs import build_network
 
 from conftest import sample_photo, shared_path
+from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
 from mcnet_basicsr.archs.imdn_arch import IMDN, _contrast
 from mcnet_basicsr.archs.pan_arch import PAN
 from mcnet_basicsr.utils.images import bicubic_lr
@@ -122,7 +123,7 @@ def test_convert_official_weights_into_what_the_option_files_read(kind, files, t
     written = convert_weights(kind, [folder / f for f in files], tmp_path)
     assert [p.name for p in written] == [f'{kind}_x{s}.pth' for s in (2, 3, 4)]
     for scale, path in zip((2, 3, 4), written):
-        net = build_network({'type': kind.upper(), 'upscale': scale})
+        net = build_network(backbone_options(kind, scale))  # the preset the option files and mcnet-sr use
         net.load_state_dict(torch.load(path, weights_only=True)['params'], strict=True)
 
 

@@ -35,7 +35,7 @@ def test_option_file_is_consistent_with_its_scale(path):
         assert opt['model_type'] == 'DenoiserModel', f'{path.name}: SR option files end in _x<scale>.yml'
         return
     assert opt['scale'] == s
-    assert opt['name'] and opt['model_type'] in ('SRModel', 'MCNetModel', 'DenoiserModel')
+    assert opt['name'] and opt['model_type'] in ('SRModel', 'ProtocolSRModel', 'MCNetModel', 'DenoiserModel')
     for ds in opt.get('datasets', {}).values():
         for key in ('dataroot_gt', 'dataroot_lq'):
             root = ds.get(key)
@@ -53,7 +53,8 @@ def test_option_file_is_consistent_with_its_scale(path):
             assert metric['scale'] == s
     assert 'suffix' in opt['val'], 'BasicSR test option files need val.suffix'
     net = opt['network_g']
-    for block in (net, net.get('backbone') or {}):
+    backbone = net.get('backbone')  # a preset name takes the operator's scale
+    for block in (net, backbone if isinstance(backbone, dict) else {}):
         for key in ('upscale', 'scale'):
             if key in block and block is not net.get('operator'):
                 assert block[key] == s, (key, block[key])
@@ -122,17 +123,6 @@ def test_shipped_weights_stay_within_30_mb():
     """The package ships only small weights it trained itself (30 MB in all)."""
     total = sum(p.stat().st_size for p in WEIGHTS.glob('*.pth'))
     assert total <= 30_000_000, f'{total / 1e6:.2f} MB of weights in {WEIGHTS}'
-
-
-@pytest.mark.parametrize('scale', [2, 3, 4])
-@pytest.mark.parametrize('name', ['rcan_compact', 'rdn_compact', 'imdn', 'pan'])
-def test_pretrained_rgb_backbone_options_match_the_option_files(name, scale):
-    """mcnet-sr builds the RGB backbones from mcnet_basicsr.pretrained: the same arch as the option files."""
-    from mcnet_basicsr.pretrained import rgb_backbone_options
-    for kind in ('test', 'test_mcnet', 'train_mcnet'):
-        opt = _load(next(p for p in OPTIONS if p.name == f'{kind}_{name}_x{scale}.yml'))['network_g']
-        block = opt if kind == 'test' else opt['backbone']
-        assert rgb_backbone_options(name, scale) == block, kind
 
 
 @pytest.mark.parametrize('name', sorted(p.name for p in OPTIONS if p.name.startswith('train_mcnet_')))

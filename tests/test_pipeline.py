@@ -138,8 +138,8 @@ def test_train_checkpoint_resume_and_test(workspace):
     worst = float(line.split('max ')[1].split()[0])
     assert worst <= 1e-5, f'eps = 0 output not consistent: {line}'
 
-    # the same option file through mcnet_basicsr.evaluation (the tables): test_pipeline's psnr_y_uint8 line is
-    # the tables' number, and BasicSR's own '# psnr' (RGB rounded) is another one
+    # the tables (mcnet_basicsr.evaluation) run the same validation: the record is what test_pipeline logs, and
+    # its RGB-uint8 PSNR is BasicSR's own metric ('# psnr'), computed apart by BasicSR's calculate_metric
     from mcnet_basicsr.evaluation import evaluate_option
     with open(test_path) as f:
         record, = evaluate_option(yaml.safe_load(f), torch.device('cpu'))

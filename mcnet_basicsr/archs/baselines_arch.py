@@ -267,7 +267,8 @@ class TVTV(FrozenBackboneMixin, nn.Module):
     with ``residual`` = the relative primal residual ``||x - z|| / ||z||`` of the last iteration.
 
     Args:
-        backbone (dict): BasicSR ``network_g``-style options of the frozen SR network.
+        backbone (str | dict): A preset name or ``network_g``-style options of the frozen SR network, as for
+            :class:`MCNetArch`.
         operator (dict): Measurement operator options, e.g. ``{type: bicubic, scale: 2}``.
         backbone_path, backbone_param_key, backbone_input, backbone_channels, backbone_dtype: As for
             :class:`MCNetArch`.
@@ -292,8 +293,8 @@ class TVTV(FrozenBackboneMixin, nn.Module):
                  operator,
                  backbone_path=None,
                  backbone_param_key='params',
-                 backbone_input='lr',
-                 backbone_channels=3,
+                 backbone_input=None,
+                 backbone_channels=None,
                  backbone_dtype=None,
                  beta=1.0,
                  rho=300.0,
@@ -310,10 +311,10 @@ class TVTV(FrozenBackboneMixin, nn.Module):
             raise ValueError(f'beta must be >= 0, got {beta}.')
         if not rho > 0:
             raise ValueError(f'rho must be > 0, got {rho}.')
-        self._init_backbone(backbone, backbone_path, backbone_param_key, backbone_input, backbone_channels,
-                            backbone_dtype, owner='TVTV')
         self.operator = build_operator(dict(operator))
         self.scale = self.operator.scale
+        self._init_backbone(backbone, self.scale, backbone_path, backbone_param_key, backbone_input, backbone_channels,
+                            backbone_dtype, owner='TVTV')
         self.eps, self.eps_rms = eps, eps_rms
         self.beta, self.rho, self.iterations, self.tv = float(beta), float(rho), iterations, tv
         self.last_stats = None

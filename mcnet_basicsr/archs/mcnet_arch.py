@@ -14,6 +14,7 @@ from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
 from mcnet_basicsr.utils.precision import tf32
 from mcnet_basicsr.utils.tiling import apply_tiled, mcnet_tile_overlaps, needs_tiling
 
+from .backbone_presets_arch import resolve_backbone
 from .dncnn_arch import DnCNN, load_dncnn
 
 _RECORD_BYTES = 32  # length of the backbone-and-scale record saved with a layer
@@ -77,9 +78,11 @@ class FrozenBackboneMixin:
     to it, which nn.Module would not do for a module outside its tree.
     """
 
-    def _init_backbone(self, backbone, backbone_path, param_key, backbone_input, backbone_channels, backbone_dtype,
-                       owner):
-        """Check the backbone options, build and freeze the backbone, keep how it is fed."""
+    def _init_backbone(self, backbone, scale, backbone_path, param_key, backbone_input, backbone_channels,
+                       backbone_dtype, owner):
+        """Resolve a preset name at ``scale``, check the options, build and freeze the backbone, keep how it is fed."""
+        backbone, backbone_input, backbone_channels = resolve_backbone(backbone, scale, backbone_input,
+                                                                       backbone_channels)
         check_backbone_options(backbone_input, backbone_channels, backbone_dtype)
         self._backbone = build_frozen_backbone(backbone, backbone_path, param_key, owner=owner)
         self.backbone_input = backbone_input
@@ -117,13 +120,17 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
     channel input is treated as Y throughout and the output is Y.
 
     Args:
-        backbone (dict): BasicSR ``network_g``-style options of the frozen SR network.
+        backbone (str | dict): The frozen SR network: the name of a shipped configuration, built at the
+            operator's scale ('srcnn', 'rcan_compact', 'rdn_compact', 'imdn', 'pan'; see
+            ``mcnet_basicsr/archs/backbone_presets_arch.py``), or BasicSR ``network_g``-style options of any
+            registered arch (``{type: RCAN, num_feat: 64, ..., upscale: 2}``).
         operator (dict): Measurement operator options, e.g. ``{type: bicubic, scale: 2}``.
         backbone_path (str | None): Checkpoint of the backbone. Default: None (random weights).
         backbone_param_key (str): Key of the state dict in that checkpoint. Default: 'params'.
-        backbone_input (str): 'lr' (the LR image) or 'upsampled' (MATLAB-bicubic upsampled LR,
-            as SRCNN expects). Default: 'lr'.
-        backbone_channels (int): 3 (RGB in/out) or 1 (Y in/out). Default: 3.
+        backbone_input (str | None): 'lr' (the LR image) or 'upsampled' (MATLAB-bicubic upsampled LR,
+            as SRCNN expects). Default: None (the preset's; 'lr' for a dict).
+        backbone_channels (int | None): 3 (RGB in/out) or 1 (Y in/out). Default: None (the preset's; 3 for a
+            dict).
         backbone_dtype (str | None): Autocast dtype for the backbone on CUDA ('bf16'/'fp16').
             Default: None (float32).
         eps (float | None): Radius of the consistency ball ``||A x - b||_2 <= eps`` (Y in [0,1],
@@ -156,8 +163,8 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                  operator,
                  backbone_path=None,
                  backbone_param_key='params',
-                 backbone_input='lr',
-                 backbone_channels=3,
+                 backbone_input=None,
+                 backbone_channels=None,
                  backbone_dtype=None,
                  eps=None,
                  eps_rms=None,
@@ -175,7 +182,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             raise ValueError(f'rho must be > 0, got {rho}.')
         if not beta_init > 0:
             raise ValueError(f'beta_init must be > 0, got {beta_init}.')
-        self._init_backbone(backbone, backbone_path, backbone_param_key, backbone_input, backbone_channels,
+        self.operator = build_operator(dict(operator))
+        self.scale = self.operator.scale
+        self._init_backbone(backbone, self.scale, backbone_path, backbone_param_key, backbone_input, backbone_channels,
                             backbone_dtype, owner='MCNetArch')
 
         self.allow_tf32 = bool(allow_tf32)
@@ -183,8 +192,6 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             raise ValueError(f'tile must be a positive number of LR pixels or None, got {tile!r}.')
         self.tile = tile
 
-        self.operator = build_operator(dict(operator))
-        self.scale = self.operator.scale
         self.eps = eps
         self.eps_rms = eps_rms
         self.rho = float(rho)

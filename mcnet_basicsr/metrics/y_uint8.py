@@ -1,8 +1,8 @@
 """The project's primary PSNR/SSIM protocol: the output's Y channel rounded to uint8.
 
 Not a METRIC_REGISTRY entry: BasicSR's validation hands a metric the output after ``tensor2img`` has
-rounded its *RGB* channels, from which the float Y cannot be recovered. ``MCNetModel`` computes it on the
-float output itself during validation, and ``scripts/evaluate.py`` uses the same function for the tables.
+rounded its *RGB* channels, from which the float Y cannot be recovered. Validation (``ProtocolSRModel``,
+``MCNetModel``) computes it on the float output itself (``image_metrics``); the tables are made from that.
 """
 import numpy as np
 from basicsr.metrics import calculate_psnr, calculate_ssim

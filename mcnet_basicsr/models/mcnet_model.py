@@ -2,14 +2,14 @@ import time
 from collections import OrderedDict
 
 import torch
-from basicsr.models.sr_model import SRModel
-from basicsr.utils import get_root_logger, tensor2img
+from basicsr.utils import get_root_logger
 from basicsr.utils.registry import MODEL_REGISTRY
 from torch.nn.parallel import DistributedDataParallel
 
-from mcnet_basicsr.metrics import y_uint8_metrics
-from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr
+from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.precision import tf32
+
+from .protocol_sr_model import ProtocolSRModel
 
 
 def build_optimizer(optim_type, params, lr, **kwargs):
@@ -28,11 +28,11 @@ def build_optimizer(optim_type, params, lr, **kwargs):
 
 
 @MODEL_REGISTRY.register()
-class MCNetModel(SRModel):
+class MCNetModel(ProtocolSRModel):
     """Trains the implicit layer of :class:`MCNetArch` with BasicSR's machinery.
 
     Differences from SRModel (everything else, including EMA, schedulers, checkpoints, resume and
-    validation, is inherited):
+    validation, is inherited, through :class:`ProtocolSRModel`):
 
     * only the layer learns (the backbone is not a parameter of the arch); ``optim_g`` may carry
       ``lr_beta`` to give ``beta`` its own learning rate, and ``type`` may be any torch.optim class;
@@ -46,10 +46,9 @@ class MCNetModel(SRModel):
       ``train.log_step_times: true`` adds the seconds of each part of a step (``t_fwd``: the forward
       solve, ``t_bwd``: loss and implicit backward solve, including DDP's gradient all-reduce and the wait
       for the slowest rank, ``t_opt``: optimizer and EMA), CUDA-synchronised, which costs a little speed;
-    * validation also logs the float data fidelity ``||A x - b||_2`` (mean and max over the set),
-      computed before the output is quantised to uint8, and, where the set has ground truth, PSNR/SSIM
-      in the project's table protocol (the output's Y rounded to uint8, crop = scale; ``psnr_y_uint8``):
-      BasicSR's own metrics see the RGB-rounded output and read 0.005-0.03 dB higher than the tables;
+    * validation measures every image as the tables do (:class:`ProtocolSRModel`): the float data
+      fidelity ``||A x - b||_2`` and PSNR/SSIM with the output's Y rounded to uint8 (``psnr_y_uint8``),
+      the solver's iterations and convergence;
     * distributed (``--launcher pytorch|slurm``): DDP wraps the layer only (the frozen backbone is
       outside its module tree, loaded identically by every rank) and also works without CUDA (gloo);
       validation, which BasicSR runs on rank 0 alone, calls the bare network, so no collective
@@ -151,52 +150,3 @@ class MCNetModel(SRModel):
                 out['bwd_iter'] = float(bwd.iterations.float().mean())
                 out['bwd_res'] = float(bwd.residual.max())
         return out
-
-    def test(self):
-        wrapped = self.net_g
-        self.net_g = self.get_bare_model(wrapped)  # inference needs no DDP (and must not sync buffers)
-        try:
-            super().test()
-        finally:
-            self.net_g = wrapped
-        net = self.net_g_ema if hasattr(self, 'net_g_ema') else self.get_bare_model(self.net_g)
-        # Y in float64, as scripts/evaluate.py takes it for the tables
-        lq, out = self.lq.double(), self.output.double()
-        b, x = luma(lq), luma(out)
-        fidelity = net.operator.residual_norm(x, b)
-        if hasattr(self, '_val_fidelity'):
-            self._val_fidelity.extend(fidelity.tolist())
-        if hasattr(self, '_val_y_uint8') and hasattr(self, 'gt'):
-            for i in range(x.shape[0]):  # the ground truth as BasicSR's validation reads it: BGR uint8
-                gt_img = tensor2img([self.gt[i:i + 1].detach().cpu().clone()])  # (tensor2img clamps in place)
-                self._val_y_uint8.append(y_uint8_metrics(x[i:i + 1], gt_img, self.opt['scale']))
-        self.last_fidelity = fidelity
-
-    def nondist_validation(self, dataloader, current_iter, tb_logger, save_img):
-        self._val_fidelity, self._val_y_uint8 = [], []
-        super().nondist_validation(dataloader, current_iter, tb_logger, save_img)
-        values, y_uint8 = self._val_fidelity, self._val_y_uint8
-        del self._val_fidelity, self._val_y_uint8
-        name = dataloader.dataset.opt['name']
-        if y_uint8:
-            psnr, ssim = (sum(v) / len(v) for v in zip(*y_uint8))
-            if not hasattr(self, 'y_uint8_results'):
-                self.y_uint8_results = {}
-            self.y_uint8_results[name] = {'psnr': psnr, 'ssim': ssim, 'per_image': y_uint8}
-            get_root_logger().info(f'Validation {name}: psnr_y_uint8 {psnr:.4f} dB, ssim_y_uint8 {ssim:.4f} '
-                                   f'(Y rounded to uint8, crop {self.opt["scale"]}: the protocol of docs/results.md) '
-                                   f'over {len(y_uint8)} images')
-            if tb_logger:
-                tb_logger.add_scalar(f'metrics/{name}/psnr_y_uint8', psnr, current_iter)
-                tb_logger.add_scalar(f'metrics/{name}/ssim_y_uint8', ssim, current_iter)
-        if not values:
-            return
-        mean, worst = sum(values) / len(values), max(values)
-        if not hasattr(self, 'fidelity_results'):
-            self.fidelity_results = {}
-        self.fidelity_results[name] = {'mean': mean, 'max': worst, 'per_image': values}
-        get_root_logger().info(f'Validation {name}: fidelity_float ||Ax-b||_2 (Y, [0,1]) '
-                               f'mean {mean:.3e}, max {worst:.3e} over {len(values)} images')
-        if tb_logger:
-            tb_logger.add_scalar(f'metrics/{name}/fidelity_float_mean', mean, current_iter)
-            tb_logger.add_scalar(f'metrics/{name}/fidelity_float_max', worst, current_iter)

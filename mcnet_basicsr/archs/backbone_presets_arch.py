@@ -1,0 +1,97 @@
+"""The backbones this project ships layers for, by name: one home for their architecture options.
+
+========================  ================================================================  =====================
+preset                    architecture                                                      fed to the layer
+========================  ================================================================  =====================
+``srcnn``                 SRCNN 9-5-5, replicate padding (the official MATLAB release; the  upsampled LR Y, Y out
+                          defaults of :class:`SRCNN`)
+``rcan_compact``          our compact RCAN: 4 groups x 6 blocks, 32 features, squeeze 8     RGB LR, RGB out
+``rdn_compact``           our compact RDN: 6 blocks x 4 layers, 32 features, growth 24      RGB LR, RGB out
+``imdn``                  the official IMDN (the defaults of :class:`IMDN`)                 RGB LR, RGB out
+``pan``                   the official PAN (the defaults of :class:`PAN`)                  RGB LR, RGB out
+========================  ================================================================  =====================
+
+Where to use them:
+
+* ``MCNetArch`` / ``TVTV``: ``backbone: rcan_compact`` (the scale is the operator's; ``backbone_input`` and
+  ``backbone_channels`` default to the preset's);
+* a plain option file (the backbone alone, BasicSR's ``SRModel``)::
+
+      network_g:
+        type: BackbonePreset
+        preset: rcan_compact
+        scale: 2
+
+* Python: ``build_network(backbone_options('imdn', 4))``.
+
+Any other backbone is given as a full ``network_g``-style dict, e.g. ``{type: RCAN, num_feat: 64, ...}``.
+"""
+from copy import deepcopy
+
+from basicsr.archs import build_network
+from basicsr.utils.registry import ARCH_REGISTRY
+
+# per preset: the arch options less the scale, and how MCNet's layer feeds it ('lr' RGB or 'upsampled' Y)
+BACKBONE_PRESETS = {
+    'srcnn': {'arch': {'type': 'SRCNN'}, 'input': 'upsampled', 'channels': 1},
+    'rcan_compact': {'arch': {'type': 'RCAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 32, 'num_group': 4,
+                              'num_block': 6, 'squeeze_factor': 8}, 'input': 'lr', 'channels': 3},
+    'rdn_compact': {'arch': {'type': 'RDN', 'num_feat': 32, 'growth': 24, 'num_block': 6, 'num_layer': 4},
+                    'input': 'lr', 'channels': 3},
+    'imdn': {'arch': {'type': 'IMDN'}, 'input': 'lr', 'channels': 3},
+    'pan': {'arch': {'type': 'PAN'}, 'input': 'lr', 'channels': 3},
+}
+
+
+def _preset(name):
+    if name not in BACKBONE_PRESETS:
+        raise ValueError(f'Unknown backbone preset {name!r}. Supported ones are: {", ".join(BACKBONE_PRESETS)}; '
+                         'give any other backbone as a network_g-style dict ({type: ..., ...}).')
+    return BACKBONE_PRESETS[name]
+
+
+def backbone_options(name, scale):
+    """``network_g`` options of preset ``name`` alone at ``scale``: RGB LR in, RGB HR out."""
+    preset = _preset(name)
+    # SRCNN works on the upsampled Y; given a scale it runs the whole classic RGB pipeline itself
+    key = 'scale' if preset['input'] == 'upsampled' else 'upscale'
+    return dict(deepcopy(preset['arch']), **{key: scale})
+
+
+def backbone_type(name):
+    """The registered arch type of preset ``name``, e.g. 'RCAN'."""
+    return _preset(name)['arch']['type']
+
+
+def resolve_backbone(backbone, scale, backbone_input=None, backbone_channels=None):
+    """(arch options, backbone_input, backbone_channels) of MCNet's / TV-TV's ``backbone`` option.
+
+    ``backbone``: a preset name, built at ``scale`` and fed as the preset says, or a ``network_g``-style dict,
+    fed as given ('lr' and 3 when not given). An input or channel count that contradicts a preset is an error.
+    """
+    if isinstance(backbone, dict):
+        return (backbone, 'lr' if backbone_input is None else backbone_input,
+                3 if backbone_channels is None else backbone_channels)
+    if not isinstance(backbone, str):
+        raise ValueError(f'backbone must be a preset name or a network_g-style dict, got {backbone!r}.')
+    preset = _preset(backbone)
+    for option, given, wanted in (('backbone_input', backbone_input, preset['input']),
+                                  ('backbone_channels', backbone_channels, preset['channels'])):
+        if given is not None and given != wanted:
+            raise ValueError(f'The {backbone!r} preset is fed with {option} = {wanted!r}, got {given!r}; '
+                             f'remove {option} or give the backbone as a dict.')
+    arch = backbone_options(backbone, scale) if preset['input'] == 'lr' else deepcopy(preset['arch'])
+    return arch, preset['input'], preset['channels']
+
+
+@ARCH_REGISTRY.register()
+def BackbonePreset(preset, scale):  # noqa: N802  (an arch type, named as BasicSR's archs are)
+    """A preset backbone alone, for plain option files: ``{type: BackbonePreset, preset: rcan_compact, scale: 2}``.
+
+    Builds the preset's own arch (an ``RCAN``, ``IMDN``, ...), so checkpoints keep that arch's layout.
+
+    Args:
+        preset (str): One of ``BACKBONE_PRESETS``.
+        scale (int): Upsampling factor.
+    """
+    return build_network(backbone_options(preset, scale))

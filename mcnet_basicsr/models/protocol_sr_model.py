@@ -1,0 +1,101 @@
+import time
+
+import torch
+from basicsr.models.sr_model import SRModel
+from basicsr.utils import get_root_logger
+from basicsr.utils.registry import MODEL_REGISTRY
+
+from mcnet_basicsr.metrics import image_metrics
+from mcnet_basicsr.ops import build_operator
+
+
+@MODEL_REGISTRY.register()
+class ProtocolSRModel(SRModel):
+    """BasicSR's SRModel whose validation also measures every image under the tables' protocol.
+
+    Per image (``mcnet_basicsr.metrics.image_metrics``): the float data fidelity ``||A x - b||_2`` (Y in [0, 1],
+    before the output is quantised), and where the set has ground truth PSNR/SSIM with the output's Y rounded to
+    uint8 (crop = scale; BasicSR's own metrics see the RGB-rounded output and read 0.005-0.03 dB higher), the RGB-
+    uint8 and float-Y PSNR; also the seconds the network took and, for networks that report solver statistics
+    (``last_stats``), the iterations, whether the solve converged and its last residual. ``A`` is the network's
+    ``operator`` where it has one, else MATLAB bicubic at ``scale``.
+
+    Validation logs ``psnr_y_uint8`` / ``ssim_y_uint8`` and ``fidelity_float`` (mean and max) per set and keeps the
+    per-image dicts in ``image_results[set name]`` (dataloader order): the records of ``scripts/evaluate.py`` and
+    the tables are made from them. Distributed: validation (rank 0 only in BasicSR) calls the bare network.
+    """
+
+    def measurement_operator(self, net):
+        if getattr(net, 'operator', None) is not None:
+            return net.operator
+        if not hasattr(self, '_bicubic'):
+            self._bicubic = build_operator({'type': 'bicubic', 'scale': self.opt['scale']})
+        return self._bicubic
+
+    def test(self):
+        wrapped = self.net_g
+        self.net_g = self.get_bare_model(wrapped)  # inference needs no DDP (and must not sync buffers)
+        try:
+            self._synchronize()
+            start = time.perf_counter()
+            super().test()
+            self._synchronize()
+            seconds = time.perf_counter() - start
+        finally:
+            self.net_g = wrapped
+        self.last_measurement = self.measure(seconds)
+        if hasattr(self, '_val_images'):
+            self._val_images.append(self.last_measurement)
+
+    def _synchronize(self):
+        if self.device.type == 'cuda':
+            torch.cuda.synchronize(self.device)
+
+    def measure(self, seconds):
+        """The protocol's dict for the image just run (``self.lq``, ``self.output``, ``self.gt`` if fed)."""
+        net = self.net_g_ema if hasattr(self, 'net_g_ema') else self.get_bare_model(self.net_g)
+        out = image_metrics(self.output, self.lq, getattr(self, 'gt', None), self.opt['scale'],
+                            self.measurement_operator(net))
+        out['seconds'] = seconds
+        # the radius of the constrained methods' consistency ball (eps per image, or eps_rms per LR pixel)
+        eps, eps_rms = getattr(net, 'eps', None), getattr(net, 'eps_rms', None)
+        out['eps'] = float(eps_rms) * self.lq[0, 0].numel() ** 0.5 if eps_rms else float(eps or 0.0)
+        stats = getattr(net, 'last_stats', None)
+        if stats:
+            fwd = stats['forward']
+            out['iterations'] = float(fwd.iterations.float().mean())
+            out['converged'] = bool(fwd.converged.all())
+            out['residual'] = float(fwd.residual.max())
+        return out
+
+    def nondist_validation(self, dataloader, current_iter, tb_logger, save_img):
+        self._val_images = []
+        try:
+            super().nondist_validation(dataloader, current_iter, tb_logger, save_img)
+            images = self._val_images
+        finally:
+            del self._val_images
+        name = dataloader.dataset.opt['name']
+        if not hasattr(self, 'image_results'):
+            self.image_results = {}
+        self.image_results[name] = images
+        logger = get_root_logger()
+        with_gt = [im for im in images if 'psnr' in im]
+        if with_gt:
+            psnr = sum(im['psnr'] for im in with_gt) / len(with_gt)
+            ssim = sum(im['ssim'] for im in with_gt) / len(with_gt)
+            logger.info(f'Validation {name}: psnr_y_uint8 {psnr:.4f} dB, ssim_y_uint8 {ssim:.4f} '
+                        f'(Y rounded to uint8, crop {self.opt["scale"]}: the protocol of docs/results.md) '
+                        f'over {len(with_gt)} images')
+            if tb_logger:
+                tb_logger.add_scalar(f'metrics/{name}/psnr_y_uint8', psnr, current_iter)
+                tb_logger.add_scalar(f'metrics/{name}/ssim_y_uint8', ssim, current_iter)
+        if not images:
+            return
+        values = [im['fidelity'] for im in images]
+        mean, worst = sum(values) / len(values), max(values)
+        logger.info(f'Validation {name}: fidelity_float ||Ax-b||_2 (Y, [0,1]) '
+                    f'mean {mean:.3e}, max {worst:.3e} over {len(values)} images')
+        if tb_logger:
+            tb_logger.add_scalar(f'metrics/{name}/fidelity_float_mean', mean, current_iter)
+            tb_logger.add_scalar(f'metrics/{name}/fidelity_float_max', worst, current_iter)

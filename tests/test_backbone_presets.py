@@ -1,0 +1,78 @@
+"""Backbone presets (mcnet_basicsr/archs/backbone_presets_arch.py): each preset is exactly the arch of the
+checkpoints that go with it (strict loads of the shipped backbones and layers), and MCNetArch, TVTV and plain
+option files build it by name."""
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
+
+from pathlib import Path
+
+import pytest
+import torch
+from basicsr.archs import build_network
+
+from mcnet_basicsr.archs.backbone_presets_arch import BACKBONE_PRESETS, backbone_options, resolve_backbone
+from mcnet_basicsr.archs.baselines_arch import TVTV
+from mcnet_basicsr.archs.mcnet_arch import MCNetArch
+
+WEIGHTS = Path(__file__).resolve().parents[1] / 'mcnet_basicsr' / 'weights'
+# shipped layers per preset and scale (IMDN / PAN: the official backbones' weights are third-party)
+LAYERS = sorted(p.stem for p in WEIGHTS.glob('mcnet_*_x*.pth'))
+
+
+def _params(path):
+    return torch.load(path, map_location='cpu', weights_only=True)['params']
+
+
+@pytest.mark.parametrize('scale', [2, 3, 4])
+@pytest.mark.parametrize('name', ['srcnn', 'rcan_compact', 'rdn_compact'])
+def test_preset_is_the_layout_of_the_shipped_backbone(name, scale):
+    state = _params(WEIGHTS / f'{name}_x{scale}.pth')
+    net = build_network(backbone_options(name, scale))
+    assert {k: tuple(v.shape) for k, v in net.state_dict().items()} == {k: tuple(v.shape) for k, v in state.items()}
+    net.load_state_dict(state, strict=True)
+    # a plain option file's spelling builds the same arch
+    plain = build_network({'type': 'BackbonePreset', 'preset': name, 'scale': scale})
+    assert type(plain) is type(net)
+    plain.load_state_dict(state, strict=True)
+
+
+@pytest.mark.parametrize('layer', LAYERS)
+def test_shipped_layers_load_strictly_on_their_preset(layer):
+    """A layer records the backbone type and scale it was trained on; loading checks that record."""
+    name, scale = layer[len('mcnet_'):].rsplit('_x', 1)
+    scale = int(scale)
+    backbone_path = WEIGHTS / f'{name}_x{scale}.pth'
+    net = MCNetArch(backbone=name, operator={'type': 'bicubic', 'scale': scale},
+                    backbone_path=str(backbone_path) if backbone_path.is_file() else None)
+    assert (net.backbone_input, net.backbone_channels) == (BACKBONE_PRESETS[name]['input'],
+                                                           BACKBONE_PRESETS[name]['channels'])
+    result = net.load_state_dict(_params(WEIGHTS / f'{layer}.pth'), strict=True)
+    assert not result.missing_keys and not result.unexpected_keys
+
+
+def test_a_preset_takes_the_operators_scale_and_feed():
+    lr = torch.rand(1, 3, 6, 5)
+    for cls, extra in ((MCNetArch, {'solver': {'forward': {'max_iter': 2}}}), (TVTV, {'iterations': 2})):
+        net = cls(backbone='srcnn', operator={'type': 'bicubic', 'scale': 3}, **extra).eval()
+        assert net.backbone.scale is None and (net.backbone_input, net.backbone_channels) == ('upsampled', 1)
+        net = cls(backbone='pan', operator={'type': 'bicubic', 'scale': 3}, **extra).eval()
+        assert net.backbone.upscale == 3 and (net.backbone_input, net.backbone_channels) == ('lr', 3)
+        with torch.no_grad():
+            assert net(lr).shape == (1, 3, 18, 15)
+
+
+def test_a_dict_is_used_as_given():
+    opts = {'type': 'RCAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 8, 'num_group': 1, 'num_block': 1,
+            'squeeze_factor': 4, 'upscale': 2}
+    assert resolve_backbone(opts, 2) == (opts, 'lr', 3)
+    assert resolve_backbone({'type': 'SRCNN'}, 2, 'upsampled', 1) == ({'type': 'SRCNN'}, 'upsampled', 1)
+
+
+def test_bad_presets_are_refused():
+    with pytest.raises(ValueError, match="Unknown backbone preset 'rcan'. Supported ones are: srcnn, rcan_compact"):
+        backbone_options('rcan', 2)
+    with pytest.raises(ValueError, match="'srcnn' preset is fed with backbone_input = 'upsampled', got 'lr'"):
+        MCNetArch(backbone='srcnn', operator={'type': 'bicubic', 'scale': 2}, backbone_input='lr')
+    with pytest.raises(ValueError, match='backbone_channels = 3, got 1'):
+        resolve_backbone('imdn', 2, backbone_channels=1)
+    with pytest.raises(ValueError, match='preset name or a network_g-style dict'):
+        resolve_backbone(['imdn'], 2)
