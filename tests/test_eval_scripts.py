@@ -21,6 +21,7 @@ from conftest import REPO_ROOT, SHARED, load_script, sample_photo
 from mcnet_basicsr.archs.dncnn_arch import DnCNN
 from mcnet_basicsr.evaluation import load_selection_option
 from mcnet_basicsr.ops import imresize
+from mcnet_basicsr.perturbations import PERTURBATIONS, perturb
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.files import replace_section
 
@@ -150,16 +151,16 @@ def test_calibrate_beta_rejects_bad_grids_and_layers(tmp_path):
 def test_perturbations_deterministic(data_root):
     hr = cv2.imread(str(data_root / 'Set5' / 'HR_mod2' / 'coffee.png'))[:, :, ::-1]
     lr = cv2.imread(str(data_root / 'Set5' / 'LR_bicubic' / 'X2' / 'coffee.png'))[:, :, ::-1]
-    for name in robustness.PERTURBATIONS:
-        a = robustness.perturb(name, lr, hr, 2, np.random.default_rng(3))
-        b = robustness.perturb(name, lr, hr, 2, np.random.default_rng(3))
+    for name in PERTURBATIONS:
+        a = perturb(name, lr, hr, 2, np.random.default_rng(3))
+        b = perturb(name, lr, hr, 2, np.random.default_rng(3))
         assert a.dtype == np.uint8 and a.shape == lr.shape and np.array_equal(a, b), name
         assert np.array_equal(a, lr) == (name == 'none'), name
     # the noise has the std it claims (rounding adds 1/12 to the variance)
-    d = robustness.perturb('noise5', lr, hr, 2, np.random.default_rng(0)).astype(float) - lr
+    d = perturb('noise5', lr, hr, 2, np.random.default_rng(0)).astype(float) - lr
     assert np.sqrt(25 + 1 / 12) == pytest.approx(d.std(), rel=0.1)
     with pytest.raises(ValueError, match='Supported ones are'):
-        robustness.perturb('noise3', lr, hr, 2, np.random.default_rng(0))
+        perturb('noise3', lr, hr, 2, np.random.default_rng(0))
 
 
 @pytest.mark.slow
@@ -185,10 +186,10 @@ def test_robustness_quick(data_root, weights, tmp_path):
         if r['variant'] == 'mcnet':  # eps = 0: exactly consistent with the b it saw, whatever b is
             assert r['fidelity'] <= 1e-5, r['perturbation']
     # the perturbed b differs from the prepared one, more with more noise; the backbone departs from it
-    change = {p: cell[(p, 'backbone')]['b_change'] for p in robustness.PERTURBATIONS}
+    change = {p: cell[(p, 'backbone')]['b_change'] for p in PERTURBATIONS}
     assert change['none'] == 0 and 0 < change['noise1'] < change['noise2'] < change['noise5']
     assert all(c > 0 for p, c in change.items() if p != 'none')
-    fid = {p: cell[(p, 'backbone')]['fidelity'] for p in robustness.PERTURBATIONS}
+    fid = {p: cell[(p, 'backbone')]['fidelity'] for p in PERTURBATIONS}
     assert fid['none'] < fid['noise2'] < fid['noise5']
     # noise-aware eps: the ball's radius is the noise std on Y, and the output lies in it
     lr_numel = 24 * 24

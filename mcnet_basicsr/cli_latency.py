@@ -1,0 +1,96 @@
+"""Latency of ``mcnet-sr`` in fresh processes: process start to file written, and where the time goes.
+
+:func:`measure_cli_latency` runs, per repeat, ``python -c "import torch"`` (the floor every torch program pays on
+the machine), the real command, and a breakdown in one process that calls the functions ``mcnet-sr`` runs, in its
+order: interpreter start-up, ``import torch``, the other imports, the model (weights read, spectral norms), the
+projection's set-up for a new image size, the image (read, backbone, solve, write) and the same image once more
+(everything warm: the difference is what a first image of a size pays). ``scripts/benchmark_cli.py`` is its
+command line.
+"""
+import json
+import os
+import os.path as osp
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+STAGES = ('interpreter', 'torch', 'package', 'model', 'setup', 'image', 'image_again')
+
+# what the console script runs (setup.py: mcnet-sr = mcnet_sr_cli:main), without needing it installed
+CLI = 'import sys, mcnet_sr_cli; sys.exit(mcnet_sr_cli.main())'
+
+# The breakdown: mcnet-sr's own functions, timed in its order (mcnet_basicsr.inference.run / process_image).
+BREAKDOWN = r'''
+import json, os, sys, time
+t = {'start': time.time()}
+import torch
+t['torch'] = time.time()
+import mcnet_sr_cli
+from mcnet_basicsr import inference
+t['package'] = time.time()
+args = mcnet_sr_cli.parse_args(sys.argv[1:])
+device = inference.resolve_device(args.device)
+model = inference.get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone)
+model.eps, model.eps_rms = None, inference.default_eps_rms(args.backbone)
+model.set_solver(forward={'preset': 'fast', 'tol': args.tol, 'max_iter': args.iters, 'cuda_graph': True})
+if device.type == 'cuda':
+    torch.cuda.synchronize()
+t['model'] = time.time()
+img = inference.read_image(args.inputs[0])
+h, w = img.shape[:2]
+with torch.no_grad():  # the projection's matrices for this size (the solve would build them on its first call)
+    hr = torch.zeros(1, 1, h * args.scale, w * args.scale, device=device, dtype=torch.float64)
+    model.operator.project(hr, torch.zeros(1, 1, h, w, device=device, dtype=torch.float64), 1e-3)
+    model.operator.project(hr.float(), torch.zeros(1, 1, h, w, device=device), 1e-3)
+if device.type == 'cuda':
+    torch.cuda.synchronize()
+t['setup'] = time.time()
+os.makedirs(args.output, exist_ok=True)
+for key in ('image', 'image_again'):
+    row = {'input': args.inputs[0]}
+    inference.process_image(row, args, model, device, {}, 1)
+    t[key] = time.time()
+print(json.dumps({'stamps': t, 'iterations': row['iterations']}))
+'''
+
+
+def _run(cmd, env):
+    start = time.time()
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    end = time.time()
+    if proc.returncode != 0:
+        raise SystemExit(f'failed ({proc.returncode}): {" ".join(cmd)}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}')
+    return start, end, proc.stdout
+
+
+
+def measure_cli_latency(photo, out_dir, scale=2, backbone='srcnn', device='auto', repeats=3):
+    """Medians and per-repeat seconds of ``mcnet-sr photo -o out_dir --scale S`` (see the module docstring)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get('PYTHONPATH')])))
+    common = [str(photo), '-o', str(out_dir), '--scale', str(scale), '--backbone', backbone, '--device', device,
+              '--force']
+    out_file = Path(out_dir) / f'{Path(photo).stem}_x{scale}.png'
+    torch_s, cli_written, cli_exit, parts = [], [], [], []
+    for _ in range(repeats):
+        start, end, _ = _run([sys.executable, '-c', 'import torch'], env)
+        torch_s.append(end - start)
+        if out_file.exists():
+            out_file.unlink()
+        start, end, _ = _run([sys.executable, '-c', CLI, *common], env)
+        cli_written.append(osp.getmtime(out_file) - start)
+        cli_exit.append(end - start)
+        start, end, stdout = _run([sys.executable, '-c', BREAKDOWN, *common], env)
+        rec = json.loads(stdout.strip().splitlines()[-1])
+        stamps = [start] + [rec['stamps'][k] for k in ('start', ) + STAGES[1:]]
+        part = {label: stamps[i + 1] - stamps[i] for i, label in enumerate(STAGES)}
+        part.update(exit=end - stamps[-1], iterations=rec['iterations'])
+        parts.append(part)
+    med = statistics.median
+    return {'repeats': repeats, 'import_torch_s': torch_s, 'cli_to_file_written_s': cli_written,
+            'cli_to_exit_s': cli_exit, 'breakdown_s': parts,
+            'median': {'import_torch_s': med(torch_s), 'cli_to_file_written_s': med(cli_written),
+                       'cli_to_exit_s': med(cli_exit), 'cli_minus_import_torch_s': med(cli_written) - med(torch_s),
+                       **{k: med(p[k] for p in parts) for k in parts[0]}}}
