@@ -18,6 +18,22 @@ import importlib.abc
 import sys
 
 _TARGET = 'basicsr'
+_deferred = False
+
+
+def defer_registration(deferred=True):
+    """Make the next first ``import mcnet_basicsr`` leave BasicSR's registries alone (the ``mcnet-sr`` command).
+
+    Without basicsr imported, the package then imports neither basicsr nor torchvision nor scipy's statistics;
+    it installs this module's finder instead, so the first ``import basicsr`` of the program, whoever makes it,
+    is followed by ``mcnet_basicsr.register()``. Once the package is imported this setting has no effect.
+    """
+    global _deferred
+    _deferred = bool(deferred)
+
+
+def registration_deferred():
+    return _deferred
 
 
 def install_torchvision_alias():
@@ -52,7 +68,7 @@ class _LoaderThenPlugin(importlib.abc.Loader):
     def exec_module(self, module):
         install_torchvision_alias()
         self._loader.exec_module(module)
-        importlib.import_module('mcnet_basicsr')
+        importlib.import_module('mcnet_basicsr').register()  # a no-op where importing it registered already
 
 
 class BasicsrPluginFinder(importlib.abc.MetaPathFinder):
@@ -77,7 +93,7 @@ class BasicsrPluginFinder(importlib.abc.MetaPathFinder):
 def activate():
     """Install the finder (idempotent). Called by the ``.pth`` line that autoload writes."""
     if _TARGET in sys.modules:  # basicsr is already there: register right away
-        importlib.import_module('mcnet_basicsr')
+        importlib.import_module('mcnet_basicsr').register()
         return
     if not any(isinstance(f, BasicsrPluginFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, BasicsrPluginFinder())

@@ -116,9 +116,44 @@ def main(argv=None, models=None):
     except UsageError as err:
         print_error(err)
         return 2
-    from mcnet_basicsr.inference import execute  # the heavy part: torch, basicsr, OpenCV, the models
-    return execute(args, models)
+    return load_inference().execute(args, models)
+
+
+def load_inference():
+    """Import :mod:`mcnet_basicsr.inference`, the heavy part (torch, OpenCV, the models), and return it.
+
+    Where the package is not imported yet, its registration into BasicSR's registries is deferred: the default
+    models need none of basicsr (nor the torchvision and scipy.stats it imports), seconds saved. BasicSR's
+    registries still get our types as soon as anything imports basicsr (:mod:`mcnet_basicsr_hook`).
+    """
+    if 'mcnet_basicsr' not in sys.modules:
+        import mcnet_basicsr_hook
+        mcnet_basicsr_hook.defer_registration()
+        try:
+            import mcnet_basicsr  # noqa: F401
+        finally:
+            mcnet_basicsr_hook.defer_registration(False)
+    from mcnet_basicsr import inference
+    return inference
+
+
+def console_main():
+    """The ``mcnet-sr`` command: :func:`main`, then the process ends at once.
+
+    Once every output file and summary.csv is written and closed, tearing the interpreter down (CUDA context,
+    torch's thread pools, freeing every module) takes a second or more and changes nothing on disk, so the
+    command flushes its streams and leaves with ``os._exit``. Callers of :func:`main` in a process of their
+    own (tests, scripts) get its status back as usual.
+    """
+    status = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            pass
+    import os
+    os._exit(status)
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    console_main()

@@ -31,6 +31,6 @@ setup(
         'tqdm',
     ],
     extras_require={'test': ['pytest']},
-    entry_points={'console_scripts': ['mcnet-sr=mcnet_sr_cli:main']},
+    entry_points={'console_scripts': ['mcnet-sr=mcnet_sr_cli:console_main']},
     license='Apache-2.0',
 )

@@ -19,8 +19,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STAGES = ('interpreter', 'torch', 'package', 'model', 'setup', 'image', 'image_again')
 
-# what the console script runs (setup.py: mcnet-sr = mcnet_sr_cli:main), without needing it installed
-CLI = 'import sys, mcnet_sr_cli; sys.exit(mcnet_sr_cli.main())'
+# what the console script runs (setup.py: mcnet-sr = mcnet_sr_cli:console_main), without needing it installed
+CLI = 'import mcnet_sr_cli; mcnet_sr_cli.console_main()'
 
 # The breakdown: mcnet-sr's own functions, timed in its order (mcnet_basicsr.inference.run / process_image).
 BREAKDOWN = r'''
@@ -29,7 +29,7 @@ t = {'start': time.time()}
 import torch
 t['torch'] = time.time()
 import mcnet_sr_cli
-from mcnet_basicsr import inference
+inference = mcnet_sr_cli.load_inference()
 t['package'] = time.time()
 args = mcnet_sr_cli.parse_args(sys.argv[1:])
 device = inference.resolve_device(args.device)
@@ -53,7 +53,8 @@ for key in ('image', 'image_again'):
     row = {'input': args.inputs[0]}
     inference.process_image(row, args, model, device, {}, 1)
     t[key] = time.time()
-print(json.dumps({'stamps': t, 'iterations': row['iterations']}))
+print(json.dumps({'stamps': t, 'iterations': row['iterations']}), flush=True)
+os._exit(0)  # as mcnet_sr_cli.console_main ends
 '''
 
 

@@ -53,7 +53,6 @@ import time
 import cv2
 import numpy as np
 import torch
-from basicsr.metrics import calculate_psnr
 from tqdm import tqdm
 
 import mcnet_sr_cli
@@ -262,6 +261,7 @@ def make_figure(model, colour, result, gt_arr, scale):
     for (title, img), key in zip(named, ('bicubic', 'backbone', 'mcnet')):
         bgr, metric_img = to_u8_bgr(img)
         if gt_arr is not None:
+            from basicsr.metrics import calculate_psnr  # only here: importing basicsr costs seconds
             psnr[key] = float(calculate_psnr(metric_img, gt_arr, crop_border=scale, test_y_channel=True))
             title = f'{title} {psnr[key]:.2f} dB'
         panels.append((title, bgr))

@@ -14,12 +14,11 @@
 """
 import os.path as osp
 
-from basicsr.archs import build_network
-
 from .archs.backbone_presets_arch import BACKBONE_PRESETS, backbone_options
 from .archs.mcnet_arch import MCNetArch
 from .ops import QUANTIZATION_EPS_RMS
 from .utils.checkpoint import load_network
+from .utils.registration import build_network
 
 WEIGHTS_DIR = osp.join(osp.dirname(osp.abspath(__file__)), 'weights')
 SCALES = (2, 3, 4)

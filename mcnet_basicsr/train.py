@@ -23,6 +23,7 @@ from mcnet_basicsr.utils.pipeline import default_root_path, destroy_dist, patch_
 
 
 def main(root_path=None):
+    mcnet_basicsr.register()  # our types into BasicSR's registries (a no-op where importing the package did it)
     check_option_file_inputs(sys.argv[1:])
     import basicsr.train
     patch_basicsr_for_cpu(basicsr.train)

@@ -28,8 +28,7 @@ Any other backbone is given as a full ``network_g``-style dict, e.g. ``{type: RC
 """
 from copy import deepcopy
 
-from basicsr.archs import build_network
-from basicsr.utils.registry import ARCH_REGISTRY
+from mcnet_basicsr.utils.registration import ARCH_REGISTRY, build_network
 
 # per preset: the arch options less the scale, and how MCNet's layer feeds it ('lr' RGB or 'upsampled' Y)
 BACKBONE_PRESETS = {

@@ -9,12 +9,12 @@ without ``pretrain_network_g``.
 """
 import torch
 import torch.nn.functional as F
-from basicsr.utils.registry import ARCH_REGISTRY
 from torch import nn
 
 from mcnet_basicsr.deq import SolverStats
 from mcnet_basicsr.ops import build_operator, imresize
 from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
+from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 
 from .dncnn_arch import DnCNN, load_dncnn
 from .mcnet_arch import FrozenBackboneMixin, MCNetArch, check_eps_options, eps_repr

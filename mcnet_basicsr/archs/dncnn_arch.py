@@ -2,11 +2,11 @@ import math
 
 import torch
 import torch.nn.functional as F
-from basicsr.utils.registry import ARCH_REGISTRY
 from torch import nn
 
 from mcnet_basicsr.utils.checkpoint import read_checkpoint, strip_key_prefix
 from mcnet_basicsr.utils.precision import num_threads
+from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 
 
 # The exact spectral-norm estimate is hundreds of tiny (64 x 64) eigenproblems: threading them gains nothing (4.0 s

@@ -1,6 +1,7 @@
 import torch
-from basicsr.utils.registry import ARCH_REGISTRY
 from torch import nn
+
+from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 
 
 def _contrast(x):

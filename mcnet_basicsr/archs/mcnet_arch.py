@@ -2,9 +2,6 @@ import math
 from copy import deepcopy
 
 import torch
-from basicsr.archs import build_network
-from basicsr.utils import get_root_logger
-from basicsr.utils.registry import ARCH_REGISTRY
 from torch import nn
 
 from mcnet_basicsr.deq import SolverConfig, implicit_fixed_point
@@ -12,6 +9,7 @@ from mcnet_basicsr.ops import build_operator, eps_from_rms, imresize
 from mcnet_basicsr.utils.checkpoint import load_network
 from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
 from mcnet_basicsr.utils.precision import tf32
+from mcnet_basicsr.utils.registration import ARCH_REGISTRY, build_network
 from mcnet_basicsr.utils.tiling import apply_tiled, mcnet_tile_overlaps, needs_tiling
 
 from .backbone_presets_arch import resolve_backbone
@@ -64,6 +62,7 @@ def build_frozen_backbone(backbone, backbone_path=None, param_key='params', owne
     if backbone_path is not None:
         load_network(net, backbone_path, param_key)
     else:
+        from basicsr.utils import get_root_logger  # basicsr's log (importing basicsr registers our types)
         get_root_logger().warning(f'{owner}: no backbone_path given; the backbone keeps its initial weights.')
     net.eval()
     for p in net.parameters():

@@ -1,7 +1,8 @@
 import torch
-from basicsr.utils.registry import ARCH_REGISTRY
 from torch import nn
 from torch.nn import functional as F
+
+from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 
 
 class _PixelAttention(nn.Module):

@@ -1,10 +1,10 @@
 import re
 
 import torch
-from basicsr.utils.registry import ARCH_REGISTRY
 from torch import nn
 
 from mcnet_basicsr.utils.checkpoint import strip_key_prefix
+from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 
 
 class _DenseLayer(nn.Module):

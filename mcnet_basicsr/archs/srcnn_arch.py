@@ -2,11 +2,11 @@ import math
 
 import numpy as np
 import torch
-from basicsr.utils.registry import ARCH_REGISTRY
 from torch import nn
 
 from ..ops import imresize
 from ..utils.color import rgb_to_ycbcr, ycbcr_to_rgb
+from ..utils.registration import ARCH_REGISTRY
 
 _PADDING_MODES = ('zeros', 'replicate', 'reflect', 'circular')
 

@@ -40,8 +40,6 @@ import collections
 import math
 
 import numpy as np
-import scipy.linalg
-import scipy.sparse
 import torch
 
 __all__ = ['SeparableDownsample', 'solve_secular_equation']
@@ -195,6 +193,7 @@ class SeparableDownsample:
     def _sparse_gram(entry):
         """``M`` and ``M M^T`` as sparse matrices: M is banded (a few taps per row), so sparse products cost
         O(taps) per entry instead of the O(length) of dense ones."""
+        import scipy.sparse  # here, not at the top: importing scipy costs ~0.2 s that only a projection's set-up needs
         sparse = scipy.sparse.csr_matrix(entry['matrix'].numpy())
         return sparse, (sparse @ sparse.T).tocoo()
 
@@ -223,6 +222,7 @@ class SeparableDownsample:
         not need)."""
         entry = self._axis_float64(length)
         if 'gram_inv' not in entry:
+            import scipy.linalg  # see _sparse_gram
             _, gram = self._sparse_gram(entry)
             band = int(np.abs(gram.row - gram.col).max())
             gram = gram.tocsr()

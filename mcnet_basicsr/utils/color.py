@@ -1,18 +1,20 @@
 """BT.601 ('studio swing') colour conversions on NCHW torch tensors in [0, 1].
 
-``rgb_to_ycbcr`` is basicsr's ``rgb2ycbcr_pt`` (the MATLAB ``rgb2ycbcr`` convention every SR paper
-measures Y-PSNR with); ``ycbcr_to_rgb`` is its exact inverse, computed from the inverted 3x3 matrix
+``rgb_to_ycbcr`` computes exactly what basicsr's ``rgb2ycbcr_pt`` does, bit for bit (the MATLAB ``rgb2ycbcr``
+convention every SR paper measures Y-PSNR with; tests/test_startup.py compares them), without importing basicsr;
+``ycbcr_to_rgb`` is its exact inverse, computed from the inverted 3x3 matrix
 in float64, so ``ycbcr_to_rgb(rgb_to_ycbcr(x)) == x`` up to float rounding. Neither clamps: values
 outside [0, 1] pass through linearly.
 """
 import torch
-from basicsr.utils.color_util import rgb2ycbcr_pt
 
-# basicsr's rgb2ycbcr_pt: ycbcr * 255 = rgb @ _RGB_TO_YCBCR + _OFFSET (rgb in [0, 1]). It builds the
-# matrix in float32 before casting to the input's dtype, so the float32-rounded coefficients are the
-# ones to invert (the round trip is then exact to float64 precision for float64 inputs too).
-_RGB_TO_YCBCR = torch.tensor([[65.481, -37.797, 112.0], [128.553, -74.203, -93.786], [24.966, 112.0, -18.214]],
-                             dtype=torch.float32).double()
+# ycbcr * 255 = rgb @ _RGB_TO_YCBCR + _OFFSET (rgb in [0, 1]). As in basicsr's rgb2ycbcr_pt, the coefficients
+# are float32 numbers cast to the input's dtype, so the float32-rounded coefficients are the ones to invert
+# (the round trip is then exact to float64 precision for float64 inputs too).
+_RGB_TO_YCBCR_F32 = torch.tensor([[65.481, -37.797, 112.0], [128.553, -74.203, -93.786], [24.966, 112.0, -18.214]],
+                                 dtype=torch.float32)
+_Y_F32 = _RGB_TO_YCBCR_F32[:, :1].contiguous()  # the Y column alone, a (3, 1) matrix
+_RGB_TO_YCBCR = _RGB_TO_YCBCR_F32.double()
 _OFFSET = torch.tensor([16.0, 128.0, 128.0], dtype=torch.float64)
 _YCBCR_TO_RGB = torch.linalg.inv(_RGB_TO_YCBCR)
 
@@ -33,7 +35,13 @@ def rgb_to_ycbcr(x, y_only=False):
         Tensor: YCbCr (or Y) images with the dtype and device of ``x``.
     """
     _check_rgb_like(x, 'rgb_to_ycbcr')
-    return rgb2ycbcr_pt(x, y_only=y_only)
+    # the same operations in the same order as basicsr's rgb2ycbcr_pt, so the rounding is the same
+    pixels = x.permute(0, 2, 3, 1)
+    if y_only:
+        out = torch.matmul(pixels, _Y_F32.to(x)).permute(0, 3, 1, 2) + 16.0
+    else:
+        out = torch.matmul(pixels, _RGB_TO_YCBCR_F32.to(x)).permute(0, 3, 1, 2) + _OFFSET.view(1, 3, 1, 1).to(x)
+    return out / 255.0
 
 
 def ycbcr_to_rgb(x):
