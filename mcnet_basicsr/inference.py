@@ -323,12 +323,8 @@ def process_image(row, args, model, device, out_names, n_inputs):
         row['compare'] = cmp_path
 
 
-def run(args, models=None):
-    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)  # decoder warnings: we report our own
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    inputs = collect_inputs(args.inputs)
-    device = resolve_device(args.device)
+def prepare_model(args, device, models=None):
+    """The model the options ask for, on ``device``, with the command's consistency radius and solver."""
     model = get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone, cache=models)
     if args.tile is not None and global_ops(model.backbone):
         # a tile would see its own mean, not the image's: the tiled output would not be the network's
@@ -339,6 +335,16 @@ def run(args, models=None):
     # the tiled denoiser is kept eager (its loop over tiles is not part of what the graph tests cover)
     model.set_solver(forward={'preset': 'fast', 'tol': args.tol, 'max_iter': args.iters,
                               'cuda_graph': not args.no_cuda_graph and args.tile is None})
+    return model
+
+
+def run(args, models=None):
+    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)  # decoder warnings: we report our own
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    inputs = collect_inputs(args.inputs)
+    device = resolve_device(args.device)
+    model = prepare_model(args, device, models)
     os.makedirs(args.output, exist_ok=True)
 
     rows, failed, out_names = [], 0, {}

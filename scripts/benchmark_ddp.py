@@ -36,7 +36,7 @@ ITER = re.compile(r'\[epoch:\s*\d+, iter:\s*([\d,]+), lr:')
 
 def parse_log(text, warmup):
     """Seconds per iteration, mean solver iterations and last validation metrics from a BasicSR log."""
-    stamps, solver = {}, {'fwd_iter': [], 'bwd_iter': [], 't_fwd': [], 't_bwd': [], 't_opt': []}
+    stamps, logged = {}, {'fwd_iter': [], 'bwd_iter': [], 't_fwd': [], 't_bwd': [], 't_opt': []}
     metrics = {}
     for raw in text.splitlines():
         m = LINE.match(raw)
@@ -46,10 +46,10 @@ def parse_log(text, warmup):
             when = datetime.strptime(m.group(1), '%Y-%m-%d %H:%M:%S,%f')
             i = int(it.group(1).replace(',', ''))
             stamps[i] = when
-            for key in solver:
+            for key in logged:
                 found = re.search(rf'\b{key}: ([-+\d.e]+)', msg)
                 if found:
-                    solver[key].append((i, float(found.group(1))))
+                    logged[key].append((i, float(found.group(1))))
             continue
         for key in ('psnr', 'ssim'):
             found = re.match(rf'\s*# {key}: ([\d.]+)', msg)
@@ -67,7 +67,7 @@ def parse_log(text, warmup):
     sec_per_iter = (stamps[last] - stamps[first]).total_seconds() / (last - first)
 
     def mean(key):  # over the timed iterations
-        values = [v for i, v in solver[key] if i > first]
+        values = [v for i, v in logged[key] if i > first]
         return sum(values) / len(values) if values else None
 
     return {

@@ -23,11 +23,6 @@ from os import path as osp
 _live = False
 
 
-def registration_live():
-    """Whether our types are in BasicSR's registries (and new ones go there at once)."""
-    return _live
-
-
 class PluginRegistry:
     """Records the objects of one BasicSR registry (``'ARCH_REGISTRY'``, ...) and registers them there.
 
