@@ -443,18 +443,20 @@ def test_mcnet_refuses_a_batchnorm_denoiser():
                   denoiser={'depth': 17, 'batch_norm': True, 'spectral_norm': True})
 
 
-def test_exact_estimate_equals_the_svd_of_the_circular_convolution_matrix():
+@pytest.mark.parametrize('cin, cout, k, grid', [(3, 5, 3, 8), (5, 3, 3, 8), (1, 6, 3, 7), (6, 1, 3, 8), (4, 4, 5, 9)])
+def test_exact_estimate_equals_the_svd_of_the_circular_convolution_matrix(cin, cout, k, grid):
     """The DFT estimate is the top singular value of the whole operator (built column by column on
-    a small grid), and (u, v) realise it: <u, K v> = sigma, ||v|| = ||u|| = 1."""
+    a small grid), and (u, v) realise it: <u, K v> = sigma, ||v|| = ||u|| = 1. Layers with more inputs
+    than outputs take the Gram matrix of the adjoint; odd grids have no Nyquist column."""
     torch.manual_seed(3)
-    conv = _SpectralNormConv2d(3, 5, 3, False, bound=1.0, sn_grid=8).double()
+    conv = _SpectralNormConv2d(cin, cout, k, False, bound=1.0, sn_grid=grid).double()
     with torch.no_grad():
         conv.weight.normal_()
         sigma = float(conv.exact_estimate())
-        basis = torch.eye(3 * 64, dtype=DT).reshape(-1, 3, 8, 8)
-        matrix = conv._apply_op(basis, conv.weight).reshape(3 * 64, -1).T
+        basis = torch.eye(cin * grid * grid, dtype=DT).reshape(-1, cin, grid, grid)
+        matrix = conv._apply_op(basis, conv.weight).reshape(cin * grid * grid, -1).T
         top = float(torch.linalg.svdvals(matrix)[0])
-        assert sigma == pytest.approx(top, rel=1e-10)
+        assert sigma == pytest.approx(top, rel=1e-12)
         assert float(conv.sigma()) == pytest.approx(top, rel=1e-10)
         assert float(conv.sn_v.norm()) == pytest.approx(1.0) and float(conv.sn_u.norm()) == pytest.approx(1.0)
         assert conv.estimate_is_exact()

@@ -17,6 +17,42 @@ def _one_cpu_thread():
     return num_threads(1)
 
 
+# Transfer functions of a (cout, cin, kh, kw) cross-correlation kernel on the n x n DFT grid, for the frequencies
+# (fy, fx), fy < n, fx <= n // 2 (conjugate frequencies share singular values, so half the grid suffices). Tap
+# (a, b) of F.conv2d acts at offset (a - kh // 2, b - kw // 2), so H(f) = sum_d W_d e^{+i 2 pi f.d / n}. Both are
+# built from the taps directly: a 3x3 kernel has 9 of them, so this is cheaper than the FFT of a zero-padded
+# n x n kernel, and the Gram matrix H^H H = sum_e C_e e^{+i 2 pi f.e / n} needs only the 25 products
+# C_e = sum_{d' - d = e} W_d^T W_d' instead of a matrix product per frequency.
+def _phases(n, offsets_y, offsets_x):
+    fy = torch.arange(n, dtype=torch.float64)[:, None, None]
+    fx = torch.arange(n // 2 + 1, dtype=torch.float64)[None, :, None]
+    return (2 * math.pi / n) * (fy * offsets_y + fx * offsets_x)  # (n, n // 2 + 1, offsets)
+
+
+def _gram_transfer(w, n):
+    """``H(f)^H H(f)`` (``cin x cin``, complex128) on the half grid, from the kernel's autocorrelation."""
+    cout, cin, kh, kw = w.shape
+    taps = w.permute(2, 3, 0, 1).reshape(kh * kw, cout, cin)
+    products = torch.einsum('doi,eoj->deij', taps, taps)  # W_d^T W_e for every pair of taps
+    ay, ax = torch.arange(kh).repeat_interleave(kw), torch.arange(kw).repeat(kh)
+    span_y, span_x = 2 * kh - 1, 2 * kw - 1  # offsets e = d' - d in [-(k-1), k-1]
+    pair_offset = ((ay[None, :] - ay[:, None] + kh - 1) * span_x + (ax[None, :] - ax[:, None] + kw - 1)).flatten()
+    corr = torch.zeros(span_y * span_x, cin * cin, dtype=w.dtype)
+    corr.index_add_(0, pair_offset, products.reshape(-1, cin * cin))
+    offsets = torch.arange(span_y * span_x)
+    angle = _phases(n, offsets // span_x - (kh - 1), offsets % span_x - (kw - 1)).reshape(-1, span_y * span_x)
+    gram = torch.complex(angle.cos() @ corr, angle.sin() @ corr)
+    return gram.reshape(n, n // 2 + 1, cin, cin)
+
+
+def _transfer_at(w, n, fy, fx):
+    """``H(f)`` (``cout x cin``, complex128) at the one frequency (fy, fx)."""
+    cout, cin, kh, kw = w.shape
+    dy, dx = torch.meshgrid(torch.arange(kh) - kh // 2, torch.arange(kw) - kw // 2, indexing='ij')
+    angle = (2 * math.pi / n) * (fy * dy + fx * dx).double()
+    return torch.einsum('oiab,ab->oi', w.to(torch.complex128), torch.polar(torch.ones_like(angle), angle))
+
+
 class _SpectralNormConv2d(nn.Conv2d):
     """3x3 (odd-size) convolution whose operator norm is bounded by ``bound`` on any input size.
 
@@ -85,22 +121,19 @@ class _SpectralNormConv2d(nn.Conv2d):
         its relative change fell below 1e-6), and the bound is then that much too loose.
         """
         w = self.weight.detach()
-        cout, cin, k, _ = w.shape
         n = self.sn_v.shape[-1]
         # on the CPU: batched small (complex) eigen-solvers are far slower on a GPU (measured ~25 s
         # for a DnCNN17 on an H100, against ~1 s here)
         with _one_cpu_thread():
-            kernel = torch.zeros(cout, cin, n, n, dtype=torch.float64)
-            kernel[..., :k, :k] = w.double().cpu()
-            # tap (dy, dx) of the cross-correlation F.conv2d computes acts at offset (dy - k//2, dx - k//2)
-            kernel = torch.roll(kernel, shifts=(-(k // 2), -(k // 2)), dims=(-2, -1))
-            # H(f) = sum_d w_d e^{+i f.d}: conj(fft), the transfer function of the cross-correlation
-            transfer = torch.fft.rfft2(kernel).conj().permute(2, 3, 0, 1)  # (n, n//2 + 1, out, in)
-            # largest eigenvalue of H^H H per frequency (Hermitian: cheaper than an SVD), then the top
-            # singular pair of the one matrix that attains the maximum
-            top = torch.linalg.eigvalsh(transfer.conj().transpose(-2, -1) @ transfer)[..., -1]
+            taps = w.double().cpu()
+            # largest eigenvalue of the Gram matrix per frequency (Hermitian: cheaper than an SVD) -- of the
+            # smaller one: H^H H (in x in) has the nonzero spectrum of H H^H (out x out), which is H^H H of the
+            # adjoint, whose kernel is the channel-transposed, flipped one
+            gram = _gram_transfer(taps if taps.shape[1] <= taps.shape[0] else taps.transpose(0, 1).flip(2, 3), n)
+            top = torch.linalg.eigvalsh(gram)[..., -1]
             fy, fx = divmod(int(top.argmax()), top.shape[1])
-            _, sv, vh = torch.linalg.svd(transfer[fy, fx])
+            # then the top singular pair of the one transfer matrix that attains the maximum
+            _, sv, vh = torch.linalg.svd(_transfer_at(taps, n, fy, fx))
             vhat = vh[0].conj()  # top right singular vector of H(f)
             vhat = vhat * (vhat[vhat.abs().argmax()].conj() / vhat.abs().max())  # phase: largest entry real
             grid = torch.arange(n, dtype=torch.float64)
