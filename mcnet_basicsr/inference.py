@@ -48,6 +48,7 @@ import os
 import os.path as osp
 import re
 import sys
+import threading
 import time
 
 import cv2
@@ -163,6 +164,22 @@ def _file_key(path):
     return (osp.realpath(path), st.st_size, st.st_mtime_ns)
 
 
+def _start_cuda_in_background(device):
+    """Start CUDA on a daemon thread, so that its start-up (about a second on a GPU host) overlaps the model's CPU
+    work (weights, spectral norms); the first CUDA call of the main thread waits for it (torch's lazy
+    initialisation holds a lock) and reports any error itself."""
+    if device.type != 'cuda' or torch.cuda.is_initialized():
+        return
+
+    def init():
+        try:
+            torch.cuda.init()
+        except Exception:  # noqa: BLE001 -- the main thread's first CUDA call raises it again, with its context
+            pass
+
+    threading.Thread(target=init, name='cuda-init', daemon=True).start()
+
+
 def get_model(scale, device, backbone_path=None, weights_path=None, backbone='srcnn', cache=None):
     """The shipped MCNet at ``scale`` (eval mode, on ``device``), optionally with other weights.
 
@@ -182,6 +199,7 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
             read_checkpoint(backbone_path)
         except CheckpointError as err:
             raise UsageError(f'backbone {err}') from None
+    _start_cuda_in_background(device)
     try:
         model = build_pretrained_mcnet(scale, device='cpu', backbone_path=backbone_path, backbone=backbone)
     except FileNotFoundError as err:
@@ -193,11 +211,13 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
                          f'({_one_line(err, 200)})') from None
     if weights_path is not None:
         load_layer_weights(model, weights_path, scale)
-    model = model.eval().to(device)
+    model = model.eval()
     with torch.no_grad():
-        # exact, from the DFT (the slow part); in eval mode it is kept until the weights or the stored
-        # norm change, so a result does not depend on what the model ran before
+        # exact, from the DFT, on the CPU (the slow part; CUDA starts meanwhile); in eval mode it is kept until the
+        # weights or the stored norm change (a move to the GPU keeps it), so a result does not depend on what the
+        # model ran before
         model.denoiser.update_spectral_norm()
+    model = model.to(device)
     if cache is not None:
         cache[key] = model
     return model

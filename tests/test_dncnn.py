@@ -275,6 +275,34 @@ def test_exact_estimate_runs_its_cpu_eigenproblems_on_one_thread(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_a_move_keeps_an_exact_estimate_and_a_dtype_change_drops_it(monkeypatch):
+    """mcnet-sr estimates the spectral norms on the CPU while CUDA starts, then moves the model: new storage with
+    the same values must not be estimated again, while rounded weights (another dtype) must be."""
+    net = DnCNN(num_feat=8, depth=3).eval()
+    x = gray_photo('camera', 24).float()
+    with torch.no_grad():
+        net.update_spectral_norm()
+        reference = net(x)
+    calls = []
+    exact = _SpectralNormConv2d.exact_estimate
+    monkeypatch.setattr(_SpectralNormConv2d, 'exact_estimate', lambda self: calls.append(self) or exact(self))
+    ptrs = [m.weight.data_ptr() for m in net.sn_convs()]
+    net._apply(lambda t: t.clone())  # what .to(another device) does to a module: same values, new storage
+    assert [m.weight.data_ptr() for m in net.sn_convs()] != ptrs
+    assert all(m.estimate_is_exact() for m in net.sn_convs())
+    with torch.no_grad():
+        torch.testing.assert_close(net(x), reference, rtol=0, atol=0)
+    assert calls == []
+    net.double()
+    assert not any(m.estimate_is_exact() for m in net.sn_convs())
+    with torch.no_grad():
+        net(x.double())
+    assert len(calls) == len(net.sn_convs())
+    if torch.cuda.is_available():
+        net.float().cuda()
+        assert all(m.estimate_is_exact() for m in net.sn_convs())
+
+
 def test_projection_into_the_bound_keeps_an_exact_estimate_exact(monkeypatch):
     """Scaling a layer into its bound scales sigma with it and keeps the singular vectors: the estimate
     stays exact, so projecting with exact estimates (a DenoiserModel validation or save) and then running

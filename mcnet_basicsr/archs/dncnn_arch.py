@@ -104,6 +104,16 @@ class _SpectralNormConv2d(nn.Conv2d):
     def _apply_adjoint(self, u, weight):
         return self._circular(u, weight.transpose(0, 1).flip(2, 3))
 
+    def _apply(self, fn, *args, **kwargs):
+        # .to(device) / .cuda() / .cpu() give new storage with the same values: an exact estimate still describes
+        # them (a dtype change rounds the weights, so there it is dropped), so a model estimated on the CPU and then
+        # moved to the GPU is not estimated again
+        exact, dtype = self.estimate_is_exact(), self.weight.dtype
+        out = super()._apply(fn, *args, **kwargs)
+        if exact and self.weight.dtype == dtype:
+            self._exact_key = self._weight_key()
+        return out
+
     def _weight_key(self):
         """Identity of the current weights and stored norm: any in-place change of either (or new
         storage) changes it, so an estimate keyed on it is known to describe them."""
