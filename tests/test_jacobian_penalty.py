@@ -1,6 +1,7 @@
 """Jacobian regularisation of MCNet's fixed-point map: Hutchinson's estimate of ``||J_F||_F^2 / d`` against the
 exact Jacobian, its gradient against finite differences (with the exact second derivatives of the projection it
-needs) and the map MCNetArch keeps for it.
+needs), the map MCNetArch keeps for it, MCNetModel's ``train.jacobian_penalty`` and that training with it shortens
+the forward solve.
 
 CPU only; a random SRCNN (8-4 features) as the backbone and a 3-layer, 8-channel DnCNN, on 8x8 HR images where the
 Jacobian is formed exactly (d = 2 * 8 * 8).
@@ -10,9 +11,11 @@ import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 import pytest
 import torch
 from basicsr.archs import build_network
+from basicsr.models import build_model
 
 from conftest import sample_photo
 from mcnet_basicsr.deq import jacobian_frobenius_penalty
+from mcnet_basicsr.models.mcnet_model import jacobian_penalty_option
 from mcnet_basicsr.ops import build_operator
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 
@@ -231,3 +234,147 @@ def test_arch_keeps_the_fixed_point_only_with_grad(srcnn_ckpt):
     with torch.enable_grad():
         net(lr)
     assert net.last_fixed_point is not None
+
+
+# ------------------------------------------------------------------------------------------ MCNetModel
+def model_opt(ckpt, lr=1e-3, **train):
+    train_opt = {'pixel_opt': {'type': 'MSELoss'}, 'optim_g': {'type': 'Adam', 'lr': lr},
+                 'scheduler': {'type': 'MultiStepLR', 'milestones': [10**6], 'gamma': 0.5}}
+    train_opt.update(train)
+    return {'model_type': 'MCNetModel', 'name': 'jacobian_penalty', 'is_train': True, 'num_gpu': 0, 'dist': False,
+            'scale': 2, 'network_g': layer_opt(ckpt, solver={'forward': {'tol': 1e-5, 'max_iter': 100},
+                                                             'backward': {'tol': 1e-4, 'max_iter': 100}}),
+            'path': {'pretrain_network_g': None, 'strict_load_g': True}, 'train': train_opt}
+
+
+def training_batch(count=2, size=16):
+    gt = y_patches(size, count)
+    return {'lq': build_operator({'type': 'bicubic', 'scale': 2})(gt.double()).float(), 'gt': gt}
+
+
+def built(ckpt, seed=0, **train):
+    torch.manual_seed(seed)
+    model = build_model(model_opt(ckpt, **train))
+    model.feed_data(training_batch())
+    return model
+
+
+def grads(model):
+    return {n: p.grad.clone() for n, p in model.net_g.named_parameters() if p.requires_grad}
+
+
+def reference_step(model, penalty_weight=None):
+    """What optimize_parameters computes, by hand: the pixel loss on Y (plus ``weight * penalty``), one backward."""
+    model.optimizer_g.zero_grad()
+    out = model.net_g(model.lq)
+    l_pix = model.cri_pix(model._loss_view(out), model._loss_view(model.gt))
+    loss = l_pix
+    if penalty_weight is not None:
+        f, z = model.net_g.last_fixed_point
+        l_jac = jacobian_frobenius_penalty(f, z)
+        loss = l_pix + penalty_weight * l_jac
+    loss.backward()
+    return float(l_pix.detach())
+
+
+@pytest.mark.parametrize('off', [{}, {'jacobian_penalty': None}], ids=['absent', 'null'])
+def test_model_without_the_option_is_unchanged(srcnn_ckpt, off):
+    model = built(srcnn_ckpt, **off)
+    assert model.jacobian_penalty is None
+    model.optimize_parameters(1)
+    assert 'l_jac' not in model.log_dict
+    ref = built(srcnn_ckpt)
+    l_pix = reference_step(ref)
+    assert model.log_dict['l_pix'] == l_pix
+    for name, g in grads(ref).items():
+        assert torch.equal(model.net_g.get_parameter(name).grad, g), name
+
+
+def test_model_adds_the_weighted_penalty_and_logs_it(srcnn_ckpt):
+    weight = 0.5
+    model = built(srcnn_ckpt, jacobian_penalty={'weight': weight})
+    assert model.jacobian_penalty == {'weight': weight, 'every': 1}
+    torch.manual_seed(11)  # the probe
+    model.optimize_parameters(1)
+    assert 0 < model.log_dict['l_jac'] < 2 and 'l_pix' in model.log_dict
+
+    ref = built(srcnn_ckpt)
+    torch.manual_seed(11)
+    reference_step(ref, penalty_weight=weight)
+    with_penalty = grads(ref)
+    plain = built(srcnn_ckpt)
+    reference_step(plain)
+    for name, g in with_penalty.items():
+        torch.testing.assert_close(model.net_g.get_parameter(name).grad, g, rtol=1e-6, atol=1e-9, msg=name)
+    assert any(not torch.allclose(g, grads(plain)[n], rtol=1e-3, atol=0) for n, g in with_penalty.items())
+
+
+def test_model_penalises_every_kth_iteration(srcnn_ckpt):
+    model = built(srcnn_ckpt, jacobian_penalty={'weight': 1.0, 'every': 2})
+    seen = []
+    for it in range(1, 5):
+        model.optimize_parameters(it)
+        seen.append('l_jac' in model.log_dict)
+    assert seen == [False, True, False, True]
+
+
+@pytest.mark.parametrize('value, message', [
+    ({'weight': 1.0, 'samples': 2}, "unknown key"),
+    ({'every': 2}, 'weight is required'),
+    ({'weight': 0}, 'weight must be'),
+    ({'weight': -1e-3}, 'weight must be'),
+    ({'weight': float('nan')}, 'weight must be'),
+    ({'weight': True}, 'weight must be'),
+    ({'weight': 'large'}, 'weight must be'),
+    ({'weight': 1.0, 'every': 0}, 'every must be'),
+    ({'weight': 1.0, 'every': 1.5}, 'every must be'),
+    (0.1, 'must be a mapping'),
+])
+def test_option_errors(value, message):
+    with pytest.raises(ValueError, match=message) as err:
+        jacobian_penalty_option(value)
+    assert 'train.jacobian_penalty' in str(err.value)
+
+
+def test_option_values():
+    assert jacobian_penalty_option(None) is None
+    assert jacobian_penalty_option({'weight': '1e-3'}) == {'weight': 1e-3, 'every': 1}  # YAML 1.1's string
+    assert jacobian_penalty_option({'weight': 2, 'every': 3}) == {'weight': 2.0, 'every': 3}
+
+
+def test_model_refuses_a_bad_option(srcnn_ckpt):
+    with pytest.raises(ValueError, match='train.jacobian_penalty.weight'):
+        build_model(model_opt(srcnn_ckpt, jacobian_penalty={'weight': 0}))
+
+
+# ------------------------------------------------------------------------------------------ the lever works
+def test_training_on_the_penalty_shortens_the_forward_solve(srcnn_ckpt):
+    """40 Adam steps on the penalty alone (pixel loss weighted 0, beta fixed) on 4 16x16 patches: ||J||_F^2 / d
+    falls and the eval-mode forward solve (Anderson, tol 1e-5) needs clearly fewer iterations than before."""
+    torch.manual_seed(0)
+    opt = model_opt(srcnn_ckpt, lr=1e-2, jacobian_penalty={'weight': 1.0})
+    opt['network_g']['learn_beta'] = False
+    opt['train']['pixel_opt']['loss_weight'] = 0.0
+    model = build_model(opt)
+    batch = training_batch(count=4)
+    net = model.get_bare_model(model.net_g)
+
+    def eval_iterations():
+        net.eval()
+        with torch.no_grad():
+            net(batch['lq'])
+        net.train()
+        stats = net.last_stats['forward']
+        assert stats.converged.all()
+        return float(stats.iterations.float().mean())
+
+    before = eval_iterations()
+    l_jac = []
+    for it in range(1, 41):
+        model.feed_data(batch)
+        model.optimize_parameters(it)
+        l_jac.append(model.log_dict['l_jac'])
+    after = eval_iterations()
+    print(f'forward iterations {before} -> {after}, l_jac {l_jac[0]:.3f} -> {l_jac[-1]:.3f}')
+    assert l_jac[-1] <= 0.8 * l_jac[0], l_jac
+    assert after <= 0.8 * before, (before, after)
