@@ -211,6 +211,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             raise ValueError(f"solver options take the keys 'forward' and 'backward' only; unknown key(s) {unknown}.")
         self.set_solver(**solver)
         self.last_stats = None
+        self.last_fixed_point = None  # (F, z) of the last solve with grad enabled, see solve
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -303,14 +304,20 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             return self.denoiser(x)
         return apply_tiled(self.denoiser, x, tile * s, self.tile_overlaps()[1] * s)
 
-    def fixed_point_map(self, w, b, eps, tile=None):
-        """F(z) for z = (x, lam) stacked on channels; closes over w, b and the parameters."""
+    def fixed_point_map(self, w, b, eps, tile=None, grad_order=1):
+        """F(z) for z = (x, lam) stacked on channels; closes over w, b and the parameters.
+
+        ``grad_order=2`` makes the second derivatives of F exact too (the eps > 0 projection takes one more
+        Newton step for its multiplier, see ``SeparableDownsample.project``), for gradients of F's Jacobian
+        (``jacobian_frobenius_penalty``); the values are the same up to rounding.
+        """
         beta, rho, c = self.beta, self.rho, w.shape[1]
+        project_kw = {} if grad_order == 1 else {'grad_order': grad_order}  # operators of other plugins: order 1
 
         def f(z):
             x, lam = z[:, :c], z[:, c:]
             u = self.denoise(x + lam, tile)
-            x_new = self.operator.project((beta * w + rho * (u - lam)) / (beta + rho), b, eps)
+            x_new = self.operator.project((beta * w + rho * (u - lam)) / (beta + rho), b, eps, **project_kw)
             return torch.cat([x_new, lam + x_new - u], dim=1)
 
         # eps > 0: the projection finds its multiplier with host-side Newton steps, which a CUDA
@@ -336,11 +343,19 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         ``b`` may be float64 (as :meth:`forward` passes it): the iterations run in ``w``'s dtype and
         the final projection uses ``b`` at full precision, so the consistency of the output is not
         limited by float32 rounding of ``b`` (about 1e-5 on a Set14-sized image).
+
+        With grad enabled (training), ``last_fixed_point`` is then ``(F, z)``: this solve's map (built anew, with
+        exact second derivatives: ``grad_order=2``) and its detached fixed point ``z = F(z*)``, what a Jacobian
+        penalty at the fixed point needs (``mcnet_basicsr.deq.jacobian_frobenius_penalty``, MCNetModel's
+        ``train.jacobian_penalty``). Without grad it is None: inference keeps no reference to its inputs.
         """
+        self.last_fixed_point = None
         b_exact, b = b, b.to(w.dtype)
         f, z0, eps = self.fixed_point_problem(w, b, tile)
         z, fwd_stats, bwd = implicit_fixed_point(f, z0, self.forward_solver, self.backward_solver)
         self.last_stats = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
+        if torch.is_grad_enabled():
+            self.last_fixed_point = (self.fixed_point_map(w, b, eps, tile, grad_order=2), z.detach())
         x = z[:, :w.shape[1]]
         if x.dtype != torch.float64:
             # F already ended with P_S, but float32 rounding of that projection leaves ||Ax - b|| at

@@ -1,3 +1,4 @@
+import math
 import time
 from collections import OrderedDict
 
@@ -6,6 +7,7 @@ from basicsr.utils import get_root_logger
 from basicsr.utils.registry import MODEL_REGISTRY
 from torch.nn.parallel import DistributedDataParallel
 
+from mcnet_basicsr.deq import jacobian_frobenius_penalty
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.precision import tf32
 
@@ -27,6 +29,32 @@ def build_optimizer(optim_type, params, lr, **kwargs):
     return cls(params, lr=lr, **kwargs)
 
 
+def jacobian_penalty_option(value):
+    """``train.jacobian_penalty`` checked: None (off) or ``{'weight': float > 0, 'every': int >= 1}``."""
+    name = 'train.jacobian_penalty'
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f'{name} must be a mapping {{weight: float > 0, every: int >= 1}} or ~ (off), got {value!r}.')
+    unknown = sorted(set(value) - {'weight', 'every'})
+    if unknown:
+        raise ValueError(f"{name} takes the keys 'weight' and 'every' only; unknown key(s) {unknown}.")
+    if 'weight' not in value:
+        raise ValueError(f'{name}.weight is required (a float > 0; leave {name} out or ~ to train without it).')
+    weight = value['weight']
+    if isinstance(weight, str):  # YAML 1.1 reads `1e-3` without a dot as a string
+        try:
+            weight = float(weight)
+        except ValueError:
+            pass
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
+        raise ValueError(f'{name}.weight must be a finite number > 0, got {value["weight"]!r}.')
+    every = value.get('every', 1)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f'{name}.every must be an int >= 1 (iterations), got {every!r}.')
+    return {'weight': float(weight), 'every': every}
+
+
 @MODEL_REGISTRY.register()
 class MCNetModel(ProtocolSRModel):
     """Trains the implicit layer of :class:`MCNetArch` with BasicSR's machinery.
@@ -42,10 +70,19 @@ class MCNetModel(ProtocolSRModel):
       patch out of the loss: a backbone run on a small patch is worse near its edges (zero padding
       within its receptive field) than anywhere in a whole test image, and a layer trained on that
       band learns to correct errors the test images do not have;
+    * ``train.jacobian_penalty: {weight: w, every: k}`` (default: off) adds ``w * l_jac`` to the pixel loss
+      every ``k``-th iteration (``every`` defaults to 1), ``l_jac`` being Hutchinson's one-probe estimate of
+      ``||J_F(z)||_F^2 / d`` at the fixed point ``z`` of the step's solve (``J_F``: the Jacobian of the
+      fixed-point map, ``d``: the size of ``z`` per sample; 1 for the identity), as Bai et al. (2021),
+      "Stabilizing Equilibrium Models by Jacobian Regularization", do: a smaller Jacobian makes the solves
+      converge in fewer iterations. ``l_jac`` is logged on the steps that add it. Cost per penalised step: one
+      more application of F (a denoiser pass with graph) and a double backward through it; no extra solve.
+      The penalty's F is the step's map with exact second derivatives (see ``MCNetArch.solve``);
     * the log carries beta and the solver statistics (forward/backward iterations, residuals);
       ``train.log_step_times: true`` adds the seconds of each part of a step (``t_fwd``: the forward
-      solve, ``t_bwd``: loss and implicit backward solve, including DDP's gradient all-reduce and the wait
-      for the slowest rank, ``t_opt``: optimizer and EMA), CUDA-synchronised, which costs a little speed;
+      solve, ``t_bwd``: loss (and Jacobian penalty) and implicit backward solve, including DDP's gradient
+      all-reduce and the wait for the slowest rank, ``t_opt``: optimizer and EMA), CUDA-synchronised, which
+      costs a little speed;
     * validation measures every image as the tables do (:class:`ProtocolSRModel`): the float data
       fidelity ``||A x - b||_2`` and PSNR/SSIM with the output's Y rounded to uint8 (``psnr_y_uint8``),
       the solver's iterations and convergence;
@@ -68,6 +105,7 @@ class MCNetModel(ProtocolSRModel):
         if not self.opt['train'].get('pixel_opt'):
             raise ValueError('MCNetModel trains with a pixel loss: set train.pixel_opt (e.g. {type: MSELoss}).')
         self.log_step_times = bool(self.opt['train'].get('log_step_times', False))
+        self.jacobian_penalty = jacobian_penalty_option(self.opt['train'].get('jacobian_penalty'))
         super().init_training_settings()
 
     def model_to_device(self, net):
@@ -127,7 +165,13 @@ class MCNetModel(ProtocolSRModel):
             loss_dict = OrderedDict()
             l_pix = self.cri_pix(self._loss_view(self.output), self._loss_view(self.gt))
             loss_dict['l_pix'] = l_pix
-            l_pix.backward()
+            loss = l_pix
+            jac = self.jacobian_penalty
+            if jac is not None and current_iter % jac['every'] == 0:
+                l_jac = self._jacobian_penalty()
+                loss_dict['l_jac'] = l_jac
+                loss = l_pix + jac['weight'] * l_jac
+            loss.backward()
         t2 = self._mark()
         self.optimizer_g.step()
         self.log_dict = self.reduce_loss_dict(loss_dict)
@@ -136,6 +180,16 @@ class MCNetModel(ProtocolSRModel):
             self.model_ema(decay=self.ema_decay)
         if self.log_step_times:
             self.log_dict.update(t_fwd=t1 - t0, t_bwd=t2 - t1, t_opt=self._mark() - t2)
+
+    def _jacobian_penalty(self):
+        """``||J_F||_F^2 / d`` (Hutchinson, one probe) at the fixed point of the forward just run, as a loss."""
+        net = self.get_bare_model(self.net_g)
+        # Under DDP this F is applied outside the wrapped forward. That is safe: F has no buffers that change when
+        # it is applied (the spectral-norm vectors move only at the start of a solve, after DDP's broadcast), and the
+        # penalty reaches the parameters in the same single backward as the pixel loss, so each parameter's gradient
+        # is accumulated, and all-reduced, once. Every rank adds the penalty on the same iterations.
+        f, z = net.last_fixed_point
+        return jacobian_frobenius_penalty(f, z)
 
     def _solver_log(self):
         net = self.get_bare_model(self.net_g)

@@ -335,7 +335,7 @@ class SeparableDownsample:
             eps_t = torch.full((n,), eps, dtype=torch.float64, device=device)
         return eps_t
 
-    def project(self, x, b, eps=0.0):
+    def project(self, x, b, eps=0.0, grad_order=1):
         """Euclidean projection of ``x`` onto ``{z : ||A z - b||_2 <= eps}``, per sample.
 
         Args:
@@ -349,12 +349,20 @@ class SeparableDownsample:
             and a tensor ``eps``: for ``eps > 0`` the multiplier mu is solved without autograd and
             then one differentiable Newton step is taken at the root; its value is mu itself (to
             rounding) and its gradient is exactly the implicit-function-theorem gradient of mu.
+        grad_order (int): 1 or 2, the highest order of derivatives that are exact. For ``eps > 0``
+            the one Newton step gives exact first derivatives only: its second derivatives leave out
+            the curvature of mu. ``2`` takes a second differentiable Newton step (from the first one,
+            with the same derivative at the root), which adds exactly those terms, for gradients of
+            gradients (``create_graph=True``, e.g. a Jacobian penalty of a map that projects). Its value
+            and first derivatives equal ``1``'s up to rounding; ``eps = 0`` is linear and exact either way.
         """
         h, w = self._check_hr(x)
         self._check_lr(b, name='b')
         if tuple(b.shape) != (x.shape[0], x.shape[1], h, w):
             raise ValueError(f'b has shape {tuple(b.shape)}, expected {(x.shape[0], x.shape[1], h, w)} '
                              f'for x of shape {tuple(x.shape)} at scale {self.scale}')
+        if grad_order not in (1, 2):
+            raise ValueError(f'grad_order must be 1 or 2, got {grad_order!r}')
         b = b.to(dtype=x.dtype)
         n = x.shape[0]
         eps_t = self._eps_tensor(eps, n, x.device)
@@ -371,12 +379,12 @@ class SeparableDownsample:
         # r~ = U_h^T (A x - b) U_w = (U_h^T M_h) x (U_w^T M_w)^T - U_h^T b U_w
         r_rot = _left_right(x, ah['rotated'], aw['rotated']) - _left_right(b, ah['eigvecs'].T, aw['eigvecs'].T)
         sig = ah['eigvals'][:, None] * aw['eigvals'][None, :]  # (h, w) float64
-        coef = self._projection_coefficients(r_rot, sig, eps_t).to(x.dtype)  # (N, h, w)
+        coef = self._projection_coefficients(r_rot, sig, eps_t, grad_order).to(x.dtype)  # (N, h, w)
         correction = coef[:, None] * r_rot
         return x - _left_right(correction, ah['rotated'].T, aw['rotated'].T)
 
     @staticmethod
-    def _projection_coefficients(r_rot, sig, eps):
+    def _projection_coefficients(r_rot, sig, eps, grad_order=1):
         """Per-sample diagonal ``c`` (N, h, w) in float64 such that ``P(x) = x - A^T U diag(c) U^T r``."""
         n = r_rot.shape[0]
         exact = (1.0 / sig).expand(n, *sig.shape)  # eps = 0: c = 1 / sig
@@ -391,12 +399,22 @@ class SeparableDownsample:
         # Inside / eps = 0 samples get harmless stand-in values (no 0/0 in the backward pass).
         safe_energy = torch.where(outside[:, None], energy, torch.ones_like(energy))
         safe_eps = torch.where(outside, eps, torch.ones_like(eps))
-        inv = (mu_root[:, None] * flat_sig).add_(1.0).reciprocal_()
-        f = torch.linalg.vecdot(safe_energy, inv.square())
-        phi = torch.rsqrt(f) - 1.0 / safe_eps
+
+        def phi(mu):
+            inv = (mu[:, None] * flat_sig).add(1.0).reciprocal()
+            f = torch.linalg.vecdot(safe_energy, inv.square())
+            return torch.rsqrt(f) - 1.0 / safe_eps, f, inv
+
+        phi_root, f, inv = phi(mu_root)
         with torch.no_grad():
             dphi = torch.rsqrt(f).pow(3) * torch.linalg.vecdot(safe_energy, flat_sig * inv.pow(3))
-        mu = torch.where(outside, mu_root - phi / dphi, torch.zeros_like(mu_root))[:, None, None]
+        mu = mu_root - phi_root / dphi
+        if grad_order == 2:
+            # A second step from the first, dividing by the same phi'(mu_root): with mu' = d mu_1 / d theta, its
+            # second derivative is -(phi_tt + 2 phi_tm mu' + phi_mm mu'^2) / phi_m, the implicit function's own
+            # (the single step has -phi_tt / phi_m only). Inside samples (mu_1 > 0 there) are dropped below.
+            mu = mu - phi(mu)[0] / dphi
+        mu = torch.where(outside, mu, torch.zeros_like(mu_root))[:, None, None]
         soft = mu / (1.0 + mu * sig)  # 0 for samples inside their set: P(x) = x
         return torch.where(is_zero[:, None, None], exact, soft)
 
