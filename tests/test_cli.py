@@ -66,6 +66,19 @@ def test_constants_agree_with_the_package():
     assert inference.UsageError is mcnet_sr_cli.UsageError  # raised in the heavy part, caught the same way
 
 
+def test_default_tolerance_is_per_shipped_layer():
+    """The SRCNN layers stop short at the fast preset's 1e-4 (0.1 dB): their default is tighter; --tol always wins."""
+    import mcnet_sr_cli
+    parse = lambda *extra: mcnet_sr_cli.parse_args(['photo.png', '-o', 'out', *extra])  # noqa: E731
+    assert parse('--scale', '2').tol == 2e-5 and parse('--scale', '3').tol == 1e-5 and parse('--scale', '4').tol == 2e-5
+    for backbone in ('rcan_compact', 'rdn_compact', 'imdn', 'pan'):
+        assert parse('--scale', '4', '--backbone', backbone).tol == mcnet_sr_cli.FAST_TOL
+    assert parse('--scale', '2', '--tol', '1e-3').tol == 1e-3
+    with pytest.raises(mcnet_sr_cli.UsageError, match='--tol'):
+        parse('--scale', '2', '--tol', '0')
+    assert set(mcnet_sr_cli.DEFAULT_TOL) <= {(b, s) for b in mcnet_sr_cli.BACKBONES for s in mcnet_sr_cli.SCALES}
+
+
 @pytest.mark.slow  # three fresh processes that import torch
 def test_latency_benchmark_times_each_stage(tmp_path):
     """scripts/benchmark_cli.py runs the real command and a breakdown whose stages add up to the process's life."""
