@@ -67,12 +67,14 @@ def test_constants_agree_with_the_package():
 
 
 def test_default_tolerance_is_per_shipped_layer():
-    """The SRCNN layers stop short at the fast preset's 1e-4 (0.1 dB): their default is tighter; --tol always wins."""
+    """Layers that stop short at the fast preset's 1e-4 (SRCNN by 0.1 dB, compact RCAN x3 by 0.012) get a tighter
+    default; --tol always wins."""
     import mcnet_sr_cli
     parse = lambda *extra: mcnet_sr_cli.parse_args(['photo.png', '-o', 'out', *extra])  # noqa: E731
     assert parse('--scale', '2').tol == 2e-5 and parse('--scale', '3').tol == 1e-5 and parse('--scale', '4').tol == 2e-5
     for backbone in ('rcan_compact', 'rdn_compact', 'imdn', 'pan'):
         assert parse('--scale', '4', '--backbone', backbone).tol == mcnet_sr_cli.FAST_TOL
+    assert parse('--scale', '3', '--backbone', 'rcan_compact').tol == 5e-5
     assert parse('--scale', '2', '--tol', '1e-3').tol == 1e-3
     with pytest.raises(mcnet_sr_cli.UsageError, match='--tol'):
         parse('--scale', '2', '--tol', '0')
