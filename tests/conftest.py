@@ -51,6 +51,24 @@ def sample_photo(name, size=None):
     return np.ascontiguousarray(img)
 
 
+def central_difference(evaluate, param, index, h, after_change=None):
+    """``(evaluate() at param[index] + h - evaluate() at param[index] - h) / (2 h)``, ``param`` restored afterwards;
+    ``after_change()`` runs after each change of ``param`` (e.g. to refresh state derived from it)."""
+    import torch
+    with torch.no_grad():
+        p0 = float(param[index])
+        values = []
+        for p in (p0 + h, p0 - h):
+            param[index] = p
+            if after_change is not None:
+                after_change()
+            values.append(float(evaluate()))
+        param[index] = p0
+        if after_change is not None:
+            after_change()
+    return (values[0] - values[1]) / (2 * h)
+
+
 def make_venv(path):
     """A real virtual environment at ``path`` that sees this interpreter's packages; returns its python.
 

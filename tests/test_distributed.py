@@ -43,6 +43,25 @@ def _tiny_layer(folder):
     return net.double()
 
 
+def _save_tiny_problem(folder):
+    """The files the workers and _tiny_layer read: a random SRCNN backbone, the layer's initial weights and one batch;
+    returns the batch (lr, gt)."""
+    import mcnet_basicsr  # noqa: F401
+    from basicsr.archs import build_network
+    torch.manual_seed(0)
+    torch.save({'params': build_network({'type': 'SRCNN', 'num_feat': [8, 4]}).state_dict()}, folder / 'srcnn.pth')
+    layer = build_network({'type': 'MCNetArch', 'backbone': {'type': 'SRCNN', 'num_feat': [8, 4]},
+                           'backbone_path': str(folder / 'srcnn.pth'), 'backbone_input': 'upsampled',
+                           'backbone_channels': 1, 'operator': {'type': 'bicubic', 'scale': 2}, 'beta_init': 0.05,
+                           'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8}})
+    torch.save(layer.state_dict(), folder / 'layer.pth')
+    lr = torch.rand(4, 3, 10, 10, dtype=torch.float64)
+    gt = torch.nn.functional.interpolate(lr, scale_factor=2, mode='bilinear') + 0.05 * torch.rand(4, 3, 20, 20,
+                                                                                                  dtype=torch.float64)
+    torch.save((lr, gt), folder / 'batch.pt')
+    return lr, gt
+
+
 def _ddp_worker(rank, folder):
     from torch.nn.parallel import DistributedDataParallel
     torch.set_num_threads(1)
@@ -69,19 +88,7 @@ def test_ddp_gradient_equals_single_process_gradient(tmp_path):
     """2 gloo processes, half the batch each, DDP-averaged gradient == the gradient of one process on
     the whole batch: the implicit backward (vjp solve inside autograd) lets DDP's reducer fire once per
     parameter, and the spectral-norm state is rank 0's on every rank."""
-    import mcnet_basicsr  # noqa: F401
-    from basicsr.archs import build_network
-    torch.manual_seed(0)
-    torch.save({'params': build_network({'type': 'SRCNN', 'num_feat': [8, 4]}).state_dict()}, tmp_path / 'srcnn.pth')
-    layer = build_network({'type': 'MCNetArch', 'backbone': {'type': 'SRCNN', 'num_feat': [8, 4]},
-                           'backbone_path': str(tmp_path / 'srcnn.pth'), 'backbone_input': 'upsampled',
-                           'backbone_channels': 1, 'operator': {'type': 'bicubic', 'scale': 2}, 'beta_init': 0.05,
-                           'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8}})
-    torch.save(layer.state_dict(), tmp_path / 'layer.pth')
-    lr = torch.rand(4, 3, 10, 10, dtype=torch.float64)
-    gt = torch.nn.functional.interpolate(lr, scale_factor=2, mode='bilinear') + 0.05 * torch.rand(4, 3, 20, 20,
-                                                                                                  dtype=torch.float64)
-    torch.save((lr, gt), tmp_path / 'batch.pt')
+    lr, gt = _save_tiny_problem(tmp_path)
 
     mp.spawn(_ddp_worker, args=(tmp_path, ), nprocs=WORLD, join=True)
 
@@ -151,19 +158,7 @@ def test_ddp_gradient_with_jacobian_penalty(tmp_path):
     """The Jacobian penalty's F runs outside DDP's forward: DDP's averaged gradient of pixel loss + penalty still
     equals the mean of the per-half gradients of one process (each rank's penalty reaches its reducer in the same
     backward as its pixel loss)."""
-    import mcnet_basicsr  # noqa: F401
-    from basicsr.archs import build_network
-    torch.manual_seed(0)
-    torch.save({'params': build_network({'type': 'SRCNN', 'num_feat': [8, 4]}).state_dict()}, tmp_path / 'srcnn.pth')
-    layer = build_network({'type': 'MCNetArch', 'backbone': {'type': 'SRCNN', 'num_feat': [8, 4]},
-                           'backbone_path': str(tmp_path / 'srcnn.pth'), 'backbone_input': 'upsampled',
-                           'backbone_channels': 1, 'operator': {'type': 'bicubic', 'scale': 2}, 'beta_init': 0.05,
-                           'eps_rms': 0.01, 'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8}})
-    torch.save(layer.state_dict(), tmp_path / 'layer.pth')
-    lr = torch.rand(4, 3, 10, 10, dtype=torch.float64)
-    gt = torch.nn.functional.interpolate(lr, scale_factor=2, mode='bilinear') + 0.05 * torch.rand(4, 3, 20, 20,
-                                                                                                  dtype=torch.float64)
-    torch.save((lr, gt), tmp_path / 'batch.pt')
+    lr, gt = _save_tiny_problem(tmp_path)
 
     mp.spawn(_ddp_jacobian_worker, args=(tmp_path, ), nprocs=WORLD, join=True)
 

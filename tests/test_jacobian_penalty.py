@@ -13,7 +13,7 @@ import torch
 from basicsr.archs import build_network
 from basicsr.models import build_model
 
-from conftest import sample_photo
+from conftest import central_difference, sample_photo
 from mcnet_basicsr.deq import jacobian_frobenius_penalty
 from mcnet_basicsr.models.mcnet_model import jacobian_penalty_option
 from mcnet_basicsr.ops import build_operator
@@ -196,18 +196,9 @@ def test_penalty_gradient_matches_central_differences(srcnn_ckpt, eps_case):
         penalty(grad_order, f).backward()
         return float(net.log_beta.grad), float(layer.weight.grad[idx])
 
-    def central_difference(param, index, h):
-        with torch.no_grad():
-            p0 = float(param[index])
-            values = []
-            for p in (p0 + h, p0 - h):
-                param[index] = p
-                values.append(penalty().item())
-            param[index] = p0
-        return (values[0] - values[1]) / (2 * h)
-
     g_beta, g_w = gradient(f=stored)  # the map the arch kept, which MCNetModel penalises
-    fd_beta, fd_w = central_difference(net.log_beta, (), 1e-5), central_difference(layer.weight, idx, 1e-6)
+    fd_beta = central_difference(penalty, net.log_beta, (), 1e-5)
+    fd_w = central_difference(penalty, layer.weight, idx, 1e-6)
     assert abs(g_beta - fd_beta) <= 1e-6 * abs(fd_beta), (g_beta, fd_beta)
     assert abs(g_w - fd_w) <= 1e-6 * abs(fd_w), (g_w, fd_w)
     if eps_case == 'eps_rms':

@@ -13,7 +13,7 @@ import pytest
 import torch
 from basicsr.archs import build_network
 
-from conftest import SHARED, sample_photo
+from conftest import SHARED, central_difference, sample_photo
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 from mcnet_basicsr.ops import build_operator, eps_from_rms
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
@@ -93,20 +93,8 @@ def test_implicit_gradient_matches_finite_differences_and_unrolled(backbone_ckpt
     g_beta, g_w = float(net.log_beta.grad), float(layer.weight.grad[idx])
     assert net.last_stats['forward'].converged.all() and net.last_stats['backward'].stats.converged.all()
 
-    def central_difference(param, index, h):
-        with torch.no_grad():
-            p0 = float(param[index])
-            values = []
-            for p in (p0 + h, p0 - h):
-                param[index] = p
-                refresh_sigma(net)
-                values.append(float(loss()))
-            param[index] = p0
-            refresh_sigma(net)
-        return (values[0] - values[1]) / (2 * h)
-
-    fd_beta = central_difference(net.log_beta, (), 1e-4)
-    fd_w = central_difference(layer.weight, idx, 1e-5)
+    fd_beta = central_difference(loss, net.log_beta, (), 1e-4, after_change=lambda: refresh_sigma(net))
+    fd_w = central_difference(loss, layer.weight, idx, 1e-5, after_change=lambda: refresh_sigma(net))
     assert abs(g_beta - fd_beta) <= 1e-4 * abs(fd_beta), (g_beta, fd_beta)
     assert abs(g_w - fd_w) <= 1e-4 * abs(fd_w), (g_w, fd_w)
 
