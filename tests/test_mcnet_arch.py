@@ -222,6 +222,29 @@ def test_backbone_is_frozen_and_hidden(backbone_ckpt, rgb_batch):
     assert out64.dtype == torch.float64 and not bb.training
 
 
+@pytest.mark.parametrize('allow', [False, True])
+def test_every_entry_point_runs_under_the_arch_tf32_setting(backbone_ckpt, rgb_batch, monkeypatch, allow):
+    """forward, and the pieces mcnet-sr composes itself (backbone_estimate, solve), set the TF32 flags to
+    allow_tf32 for their own work and restore the process's afterwards. PyTorch's default enables TF32 for
+    cuDNN convolutions, which keeps the solve from reaching a tight tolerance on a GPU."""
+    from mcnet_basicsr.inference import super_resolve
+    _, lr = rgb_batch
+    net = make_net(backbone_ckpt, allow_tf32=allow, solver={'forward': {'tol': 1e-3, 'max_iter': 5}}).eval()
+    process = not allow
+    monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', process)
+    monkeypatch.setattr(torch.backends.cuda.matmul, 'allow_tf32', process)
+    seen = []
+    for name, module in (('backbone', net.backbone), ('denoiser', net.denoiser)):
+        module.register_forward_pre_hook(lambda m, a, name=name: seen.append(
+            (name, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)))
+    with torch.no_grad():
+        net(lr[:1])
+        super_resolve(net, lr[:1].double())
+    assert {n for n, *_ in seen} == {'backbone', 'denoiser'}
+    assert all(c == allow and m == allow for _, c, m in seen), seen
+    assert torch.backends.cudnn.allow_tf32 == process and torch.backends.cuda.matmul.allow_tf32 == process
+
+
 # -------------------------------------------------------------------------------------------- solvers
 def test_anderson_needs_fewer_iterations_than_plain(backbone_ckpt, monkeypatch):
     denoiser_path = str(AUTHORS_DNCNN) if AUTHORS_DNCNN.is_file() else None

@@ -146,9 +146,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             backward defaults to forward (less ``cuda_graph``, a forward-only speed-up: on CUDA with
             eps = 0 it replays the solver's iterations from CUDA graphs). Change at test time with
             :meth:`set_solver`.
-        allow_tf32 (bool): TF32 for cuDNN convolutions and CUDA matmuls during this arch's forward (the
-            flags are set for the forward and restored after it; training wraps its backward likewise, see
-            MCNetModel). TF32 rounds convolution inputs to 10-bit mantissas, a noise floor of about 1e-4
+        allow_tf32 (bool): TF32 for cuDNN convolutions and CUDA matmuls during this arch's forward and its
+            public pieces ``backbone_estimate`` and ``solve`` (the flags are set for the call and restored after
+            it; training wraps its backward likewise, see MCNetModel). TF32 rounds convolution inputs to 10-bit mantissas, a noise floor of about 1e-4
             relative that keeps the fixed-point residual from reaching the 1e-5 a correct implicit gradient
             needs (seen on H200: forward stalls at 2e-5, backward at 3e-3). Default: False.
         tile (int | None): Run the backbone and the denoiser on ``tile`` x ``tile`` LR tiles (``tile * scale``
@@ -292,10 +292,11 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         return mcnet_tile_overlaps(self.scale, self.backbone, self.backbone_input, self.denoiser)
 
     def backbone_estimate(self, lr, tile=None):
-        """:meth:`run_backbone`, on ``tile`` x ``tile`` LR tiles when the image is larger."""
-        if not needs_tiling(lr, tile):
-            return self.run_backbone(lr)
-        return apply_tiled(self.run_backbone, lr, tile, self.tile_overlaps()[0], out_scale=self.scale)
+        """:meth:`run_backbone`, on ``tile`` x ``tile`` LR tiles when the image is larger (under ``allow_tf32``)."""
+        with tf32(self.allow_tf32):
+            if not needs_tiling(lr, tile):
+                return self.run_backbone(lr)
+            return apply_tiled(self.run_backbone, lr, tile, self.tile_overlaps()[0], out_scale=self.scale)
 
     def denoise(self, x, tile=None):
         """The denoiser on ``x`` (HR), on tiles of ``tile`` LR pixels when ``x`` is larger."""
@@ -348,7 +349,15 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         exact second derivatives: ``grad_order=2``) and its detached fixed point ``z = F(z*)``, what a Jacobian
         penalty at the fixed point needs (``mcnet_basicsr.deq.jacobian_frobenius_penalty``, MCNetModel's
         ``train.jacobian_penalty``). Without grad it is None: inference keeps no reference to its inputs.
+
+        Runs under ``allow_tf32`` itself, as :meth:`backbone_estimate` does: callers that compose the pieces
+        (``mcnet-sr``) get the arch's precision, not the process default (PyTorch enables TF32 for cuDNN
+        convolutions unless told otherwise, and TF32 keeps this solve from reaching a tight tolerance).
         """
+        with tf32(self.allow_tf32):
+            return self._solve(w, b, tile)
+
+    def _solve(self, w, b, tile):
         self.last_fixed_point = None
         b_exact, b = b, b.to(w.dtype)
         f, z0, eps = self.fixed_point_problem(w, b, tile)
@@ -368,11 +377,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
     def forward(self, lr):
         if lr.dim() != 4 or lr.shape[1] not in (1, 3):
             raise ValueError(f'MCNetArch expects LR images (N, 1 or 3, h, w); got shape {tuple(lr.shape)}.')
-        with tf32(self.allow_tf32):
-            w, cbcr = self.backbone_estimate(lr, self.tile)
-            lr64 = lr.double()
-            b = luma(lr64)
-            x = self.solve(w, b, self.tile)
+        w, cbcr = self.backbone_estimate(lr, self.tile)
+        b = luma(lr.double())
+        x = self.solve(w, b, self.tile)
         if cbcr is None:
             return x
         return ycbcr_to_rgb(torch.cat([x, cbcr], dim=1))
