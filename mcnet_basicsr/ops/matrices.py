@@ -5,13 +5,17 @@ Every operator here is separable: on an image X (H x W) it acts as ``M_h @ X @ M
 is folded into ``M``: a tap that falls outside the signal is added onto the mirrored in-range
 pixel, so no padding is ever materialised and ``M.T`` is the exact adjoint including the border.
 
-The builders are ``lru_cache``d and return read-only arrays; callers convert (and cache) per
-dtype/device.
+Each matrix is built as its nonzeros (:class:`AxisMatrix`, a few taps per row): the projection's
+set-up needs only those, and a dense float64 matrix of a long axis is tens of MB to fill, copy and
+scan. The ``*_sparse`` builders are ``lru_cache``d; the ``*_matrix`` ones return the same matrix
+dense and read-only. Callers convert (and cache) per dtype/device.
 """
 import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
+import torch
 
 
 def symmetric_index(index, length):
@@ -26,10 +30,69 @@ def symmetric_index(index, length):
     return np.where(index >= length, 2 * length - 1 - index, index)
 
 
+class AxisMatrix(NamedTuple):
+    """A 1-D operator matrix as its nonzeros in CSR layout (row-major, unique entries), float64.
+
+    ``indptr`` (rows + 1,), ``indices`` (nnz,) column of each entry, ``data`` (nnz,) its value, ``shape``
+    (rows, columns).
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    shape: tuple
+
+    @classmethod
+    def from_dense(cls, matrix):
+        """The nonzeros of a dense 2-D array (torch finds them 6x faster than scipy's conversion)."""
+        dense = torch.from_numpy(np.array(matrix, dtype=np.float64))
+        rows, cols = dense.nonzero(as_tuple=True)
+        indptr = np.zeros(dense.shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows.numpy(), minlength=dense.shape[0]), out=indptr[1:])
+        return cls(indptr, cols.numpy(), dense[rows, cols].numpy(), tuple(dense.shape))
+
+    def rows(self):
+        """The row of every entry, (nnz,)."""
+        return np.repeat(np.arange(self.shape[0]), np.diff(self.indptr))
+
+    def dense(self):
+        """The float64 numpy matrix."""
+        matrix = np.zeros(self.shape, dtype=np.float64)
+        matrix[self.rows(), self.indices] = self.data
+        return matrix
+
+    def to_tensor(self, dtype, device):
+        """The dense matrix as a tensor of ``dtype`` on ``device``, filled there from the nonzeros: each entry is
+        the float64 value rounded to ``dtype``, as a cast of the dense float64 matrix would give, without that
+        matrix being built, cast or copied to the device."""
+        out = torch.zeros(self.shape, dtype=dtype, device=device)
+        index = torch.from_numpy(np.stack([self.rows(), self.indices]))
+        out[tuple(index.to(device))] = torch.tensor(self.data, dtype=torch.float64).to(dtype).to(device)
+        return out
+
+    def scipy(self):
+        """A ``scipy.sparse.csr_matrix`` view."""
+        import scipy.sparse  # here: importing scipy costs ~0.2 s that only a projection's set-up needs
+        return scipy.sparse.csr_matrix((self.data, self.indices, self.indptr), shape=self.shape)
+
+
 def _fold_taps(rows, cols, weights, out_length, in_length):
-    """Scatter-add ``weights`` at ``(rows, symmetric(cols))`` into a dense float64 matrix."""
-    matrix = np.zeros((out_length, in_length), dtype=np.float64)
-    np.add.at(matrix, (rows, symmetric_index(cols, in_length)), weights)
+    """``weights`` summed at ``(rows, symmetric(cols))``: an :class:`AxisMatrix`. Taps that fold onto the same
+    pixel are added in their order, as ``np.add.at`` into a dense matrix would."""
+    key = rows.astype(np.int64) * in_length + symmetric_index(cols, in_length)
+    unique, inverse = np.unique(key, return_inverse=True)
+    data = np.bincount(inverse, weights=weights, minlength=len(unique))
+    keep = data != 0  # a fold can cancel a tap exactly; a dense matrix would not list it
+    unique, data = unique[keep], data[keep]
+    indptr = np.zeros(out_length + 1, dtype=np.int64)
+    np.cumsum(np.bincount(unique // in_length, minlength=out_length), out=indptr[1:])
+    for array in (unique, data, indptr):
+        array.flags.writeable = False
+    return AxisMatrix(indptr, unique % in_length, data, (out_length, in_length))
+
+
+def _read_only_dense(sparse):
+    matrix = sparse.dense()
     matrix.flags.writeable = False
     return matrix
 
@@ -46,6 +109,12 @@ def cubic_kernel(x):
 
 @functools.lru_cache(maxsize=256)
 def matlab_bicubic_matrix(in_length, out_length, scale, antialiasing=True):
+    """:func:`matlab_bicubic_sparse` as a dense, read-only float64 array."""
+    return _read_only_dense(matlab_bicubic_sparse(in_length, out_length, scale, antialiasing))
+
+
+@functools.lru_cache(maxsize=256)
+def matlab_bicubic_sparse(in_length, out_length, scale, antialiasing=True):
     """Matrix of MATLAB ``imresize(..., 'bicubic')`` along one axis: shape (out_length, in_length).
 
     Follows MATLAB's ``contributions`` (and basicsr's ``calculate_weights_indices``) step by step:
@@ -102,6 +171,12 @@ def _check_divisible(length, scale):
 
 @functools.lru_cache(maxsize=256)
 def box_matrix(in_length, scale):
+    """:func:`box_sparse` as a dense, read-only float64 array."""
+    return _read_only_dense(box_sparse(in_length, scale))
+
+
+@functools.lru_cache(maxsize=256)
+def box_sparse(in_length, scale):
     """Block averaging by an integer ``scale``: row i averages input pixels ``[i*s, (i+1)*s)``."""
     in_length, scale = int(in_length), int(scale)
     _check_divisible(in_length, scale)
@@ -120,6 +195,12 @@ def gaussian_taps(sigma, kernel_size):
 
 @functools.lru_cache(maxsize=256)
 def gaussian_matrix(in_length, scale, sigma, kernel_size, offset=0):
+    """:func:`gaussian_sparse` as a dense, read-only float64 array."""
+    return _read_only_dense(gaussian_sparse(in_length, scale, sigma, kernel_size, offset))
+
+
+@functools.lru_cache(maxsize=256)
+def gaussian_sparse(in_length, scale, sigma, kernel_size, offset=0):
     """Gaussian blur (symmetric boundary) followed by keeping every ``scale``-th pixel.
 
     Output pixel ``i`` is the blurred input at pixel ``i * scale + offset`` (0-based), i.e.

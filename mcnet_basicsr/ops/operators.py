@@ -1,11 +1,11 @@
 """The registered downsampling operators and :func:`build_operator`.
 
-Each class only says how to build the float64 matrix of one axis; forward, adjoint, projection
-and caching come from :class:`~mcnet_basicsr.ops.separable.SeparableDownsample`.
+Each class only says how to build the float64 matrix of one axis (dense, and as its nonzeros for the
+projection's set-up); forward, adjoint, projection and caching come from :class:`~mcnet_basicsr.ops.separable.SeparableDownsample`.
 """
 import math
 
-from .matrices import box_matrix, gaussian_matrix, matlab_bicubic_matrix
+from .matrices import box_matrix, box_sparse, gaussian_matrix, gaussian_sparse, matlab_bicubic_matrix, matlab_bicubic_sparse
 from .registry import OPERATOR_REGISTRY
 from .separable import SeparableDownsample
 
@@ -21,8 +21,10 @@ class MatlabBicubicDownsample(SeparableDownsample):
     """
 
     def axis_matrix(self, length):
-        out_length = length // self.scale
-        return matlab_bicubic_matrix(length, out_length, 1.0 / self.scale, True)
+        return matlab_bicubic_matrix(length, length // self.scale, 1.0 / self.scale, True)
+
+    def axis_sparse(self, length):
+        return matlab_bicubic_sparse(length, length // self.scale, 1.0 / self.scale, True)
 
 
 @OPERATOR_REGISTRY.register('box')
@@ -31,6 +33,9 @@ class BoxDownsample(SeparableDownsample):
 
     def axis_matrix(self, length):
         return box_matrix(length, self.scale)
+
+    def axis_sparse(self, length):
+        return box_sparse(length, self.scale)
 
 
 @OPERATOR_REGISTRY.register('gaussian')
@@ -61,6 +66,9 @@ class GaussianDownsample(SeparableDownsample):
 
     def axis_matrix(self, length):
         return gaussian_matrix(length, self.scale, self.sigma, self.kernel_size, self.offset)
+
+    def axis_sparse(self, length):
+        return gaussian_sparse(length, self.scale, self.sigma, self.kernel_size, self.offset)
 
     def __repr__(self):
         return (f'{type(self).__name__}(scale={self.scale}, sigma={self.sigma}, '

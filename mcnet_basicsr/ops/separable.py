@@ -28,8 +28,10 @@ entries for H and W, so the first call on a new size pays, per new axis length, 
 factorisation and inverse of the (H/s x H/s) matrix ``M M^T`` (eps = 0) or its eigendecomposition (eps > 0;
 ``M M^T`` and ``U^T M`` come from sparse products, M being banded), and later calls only matrix products.
 The eigendecomposition is the DCT-II basis where that diagonalises ``M M^T`` to float64 rounding (bicubic
-and box: see :func:`_gram_eigenpairs`), else a dense ``eigh``. All of it runs on CPU in float64;
-the factors are then cast to the input's dtype and moved to its device, so float32 projections are
+and box: see :func:`_gram_eigenpairs`), else a dense ``eigh``. The factorisations run on the CPU in
+float64 from the nonzeros of M (:meth:`SeparableDownsample.axis_sparse`); M itself is filled on the
+input's device from those, and ``U^T M`` is one float64 product there on an accelerator (a sparse one on
+the CPU). Everything is rounded to the input's dtype once, from float64, so float32 projections are
 feasible to ~1e-7 relative (K is well conditioned for bicubic/box: cond(M M^T) ~ 2 and 1).
 
 The 1-D matrices are stored dense: the products are then plain GEMMs (fast on GPU, and on CPU
@@ -41,6 +43,8 @@ import math
 
 import numpy as np
 import torch
+
+from .matrices import AxisMatrix
 
 __all__ = ['SeparableDownsample', 'solve_secular_equation']
 
@@ -144,7 +148,7 @@ class SeparableDownsample:
     """Base class of separable downsampling operators ``A X = M_h X M_w^T`` (per channel).
 
     Subclasses implement :meth:`axis_matrix` (the float64 (length / scale) x length matrix of one
-    axis) and register themselves in ``OPERATOR_REGISTRY``; forward, adjoint, projection and all
+    axis; optionally :meth:`axis_sparse`, the same as its nonzeros) and register themselves in ``OPERATOR_REGISTRY``; forward, adjoint, projection and all
     caching live here. Instances are plain objects (not ``nn.Module``): they hold no parameters
     and work on any dtype/device they are given.
     """
@@ -164,6 +168,17 @@ class SeparableDownsample:
         """Return the 1-D operator for an axis of ``length`` pixels: float64 array (length // scale, length)."""
         raise NotImplementedError
 
+    def axis_sparse(self, length):
+        """The same matrix as its nonzeros (:class:`~mcnet_basicsr.ops.matrices.AxisMatrix`), which is all the
+        set-up of a new size uses. Default: found in :meth:`axis_matrix`; operators that can list their taps
+        directly override this too and skip building the dense float64 matrix."""
+        matrix = np.asarray(self.axis_matrix(length), dtype=np.float64)
+        expected = (length // self.scale, length)
+        if matrix.shape != expected:
+            raise ValueError(f'{type(self).__name__}.axis_matrix({length}) returned shape '
+                             f'{matrix.shape}, expected {expected}')
+        return AxisMatrix.from_dense(matrix)
+
     # ------------------------------------------------------------------ sizes
     def lr_size(self, h, w):
         """LR (measurement) size of an ``h x w`` image; ValueError unless both are divisible by the scale."""
@@ -175,14 +190,16 @@ class SeparableDownsample:
 
     # ------------------------------------------------------------------ cached matrices
     def _axis_float64(self, length):
+        """The host entry of one axis length: ``sparse`` (the float64 nonzeros of M), plus the factors added by
+        :meth:`_axis_spectrum` / :meth:`_axis_inverse`."""
         entry = self._float64_axes.get(length)
         if entry is None:
-            matrix = np.asarray(self.axis_matrix(length), dtype=np.float64)
+            sparse = self.axis_sparse(length)
             expected = (length // self.scale, length)
-            if matrix.shape != expected:
-                raise ValueError(f'{type(self).__name__}.axis_matrix({length}) returned shape '
-                                 f'{matrix.shape}, expected {expected}')
-            entry = {'matrix': torch.from_numpy(np.array(matrix))}
+            if tuple(sparse.shape) != expected:
+                raise ValueError(f'{type(self).__name__}: the matrix of an axis of {length} pixels has shape '
+                                 f'{tuple(sparse.shape)}, expected {expected}')
+            entry = {'sparse': sparse}
             self._float64_axes[length] = entry
             self._evict(self._float64_axes)
         else:
@@ -191,16 +208,9 @@ class SeparableDownsample:
 
     @staticmethod
     def _sparse_gram(entry):
-        """``M`` and ``M M^T`` as sparse matrices: M is banded (a few taps per row), so sparse products cost
+        """``M`` and ``M M^T`` as scipy sparse matrices: M is banded (a few taps per row), so sparse products cost
         O(taps) per entry instead of the O(length) of dense ones."""
-        import scipy.sparse  # here, not at the top: importing scipy costs ~0.2 s that only a projection's set-up needs
-        dense = entry['matrix']
-        # torch finds the nonzeros of the dense matrix 6x faster than scipy's csr_matrix(dense) (2.5 against
-        # 15 ms for a 1024 x 4096 matrix), in row-major order, which is CSR's
-        rows, cols = dense.nonzero(as_tuple=True)
-        indptr = np.zeros(dense.shape[0] + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows.numpy(), minlength=dense.shape[0]), out=indptr[1:])
-        sparse = scipy.sparse.csr_matrix((dense[rows, cols].numpy(), cols.numpy(), indptr), shape=tuple(dense.shape))
+        sparse = entry['sparse'].scipy()
         return sparse, (sparse @ sparse.T).tocoo()
 
     def _singular(self, length, detail):
@@ -208,19 +218,30 @@ class SeparableDownsample:
                           f'({detail}); the projection needs A to have full row rank')
 
     def _axis_spectrum(self, length):
-        """Add (once) ``eigvals`` s, ``eigvecs`` U of ``M M^T`` and ``rotated`` = ``U^T M`` to the float64 entry."""
+        """Add (once) ``eigvals`` s and ``eigvecs`` U of ``M M^T`` to the host entry (``U^T M``: :meth:`_rotated`)."""
         entry = self._axis_float64(length)
         if 'eigvals' not in entry:
-            sparse, gram = self._sparse_gram(entry)
+            _, gram = self._sparse_gram(entry)
             eigvals, eigvecs = _gram_eigenpairs((0.5 * (gram + gram.T)).tocsr())
             if not eigvals[0] > 1e-12 * eigvals[-1]:
                 raise self._singular(length, f'eigenvalues {eigvals[0]:.3g} .. {eigvals[-1]:.3g}')
-            # U^T M = (M^T U)^T, kept as the transposed view (also after a cast, which preserves strides):
-            # a transposed copy of this (h x H) matrix would cost more than the rest of the set-up, and the
-            # matrix products take either layout at the same speed
-            rotated = torch.from_numpy(sparse.T @ eigvecs).T
-            entry.update(eigvals=torch.from_numpy(eigvals), eigvecs=torch.from_numpy(eigvecs), rotated=rotated)
+            entry.update(eigvals=torch.from_numpy(eigvals), eigvecs=torch.from_numpy(eigvecs))
         return entry
+
+    @staticmethod
+    def _rotated(entry, device, gemm=None):
+        """``U^T M`` (h x H) in float64 on ``device``, from a host entry with the eigenvectors; ``gemm``: by a dense
+        product on the device (default: on accelerators) instead of a sparse one on the host."""
+        if not (device.type != 'cpu' if gemm is None else gemm):
+            if 'rotated' not in entry:
+                # (M^T U)^T from a sparse product, kept as the transposed view (also after a cast, which preserves
+                # strides): a transposed copy would cost more than the rest of the set-up, and the matrix products
+                # take either layout at the same speed
+                entry['rotated'] = torch.from_numpy(entry['sparse'].scipy().T @ entry['eigvecs'].numpy()).T
+            return entry['rotated']
+        # on an accelerator, one float64 matrix product there: the host would spend more filling, casting and
+        # copying this (h x H) matrix (tens of MB at LR 1024) than the device spends computing it
+        return entry['eigvecs'].to(device).T @ entry['sparse'].to_tensor(torch.float64, device)
 
     def _axis_inverse(self, length):
         """Add (once) ``gram_inv`` = ``(M M^T)^{-1}`` to the float64 entry, from a banded Cholesky factorisation
@@ -248,15 +269,22 @@ class SeparableDownsample:
     def _axis(self, length, dtype, device, need=None):
         """The cast entry of one axis length; ``need``: None (M only), 'spectral' (:meth:`_axis_spectrum`) or
         'inverse' (:meth:`_axis_inverse`)."""
-        key = (length, dtype, torch.device(device))
+        device = torch.device(device)
+        key = (length, dtype, device)
         entry = self._cast_axes.get(key)
         marker = {None: 'matrix', 'spectral': 'eigvecs', 'inverse': 'gram_inv'}[need]
         if entry is None or marker not in entry:
-            source = {None: self._axis_float64, 'spectral': self._axis_spectrum,
-                      'inverse': self._axis_inverse}[need](length)
-            entry = {name: value.to(device=device, dtype=dtype if name != 'eigvals' else torch.float64)
-                     for name, value in source.items()}
-            entry['matrix_t'] = entry['matrix'].T  # a view: the products take either layout at the same speed
+            host = {None: self._axis_float64, 'spectral': self._axis_spectrum,
+                    'inverse': self._axis_inverse}[need](length)
+            entry = dict(entry or {})  # keeps what an earlier need added
+            if 'matrix' not in entry:
+                entry['matrix'] = host['sparse'].to_tensor(dtype, device)  # filled on the device from the nonzeros
+                entry['matrix_t'] = entry['matrix'].T  # a view: the products take either layout at the same speed
+            if need == 'spectral':
+                entry.update(eigvals=host['eigvals'].to(device), eigvecs=host['eigvecs'].to(device=device, dtype=dtype),
+                             rotated=self._rotated(host, device).to(dtype))
+            elif need == 'inverse':
+                entry['gram_inv'] = host['gram_inv'].to(device=device, dtype=dtype)
             self._cast_axes[key] = entry
             self._evict(self._cast_axes)
         else:

@@ -1,0 +1,68 @@
+"""The projection's set-up on a new image size (mcnet_basicsr.ops): each axis matrix built from its nonzeros,
+filled on the input's device, U^T M by either product, and the per-size cache shared by eps = 0 and eps > 0.
+
+The projections themselves are tested against dense references in test_ops.py.
+"""
+import numpy as np
+import pytest
+import torch
+
+from mcnet_basicsr.ops import build_operator
+
+
+def test_folded_taps_sum_like_a_dense_scatter_add():
+    """Each axis is built from its nonzeros: taps that fold onto the same pixel (mirrored borders, repeated
+    columns) are summed in their order, bit for bit what np.add.at into a dense matrix gives, and exact
+    cancellations leave no stored zero."""
+    from mcnet_basicsr.ops.matrices import _fold_taps, symmetric_index
+    rng = np.random.default_rng(0)
+    for out_length, in_length, taps in ((1, 1, 5), (3, 7, 9), (40, 97, 12), (64, 256, 18)):
+        rows = np.repeat(np.arange(out_length), taps)
+        cols = rng.integers(-2 * in_length, 3 * in_length, size=rows.size)
+        weights = rng.standard_normal(rows.size) * 10.0 ** rng.integers(-8, 3, size=rows.size)
+        weights[:2], cols[:2], rows[:2] = (1.25, -1.25), (0, 0), (0, 0)  # an exact cancellation at (0, 0)
+        ref = np.zeros((out_length, in_length))
+        np.add.at(ref, (rows, symmetric_index(cols, in_length)), weights)
+        sparse = _fold_taps(rows, cols, weights, out_length, in_length)
+        assert np.array_equal(sparse.dense(), ref)
+        assert (sparse.data != 0).all() and len(sparse.data) == np.count_nonzero(ref)
+        assert np.array_equal(sparse.scipy().toarray(), ref)
+
+
+@pytest.mark.parametrize('op_type,scale', [('bicubic', 2), ('bicubic', 4), ('box', 3), ('gaussian', 3)])
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_axis_matrix_filled_from_nonzeros_equals_the_cast_dense_matrix(op_type, scale, dtype):
+    """The operator's matrices are filled on the input's device from the float64 nonzeros: bit for bit the
+    cast of the dense float64 matrix, in every dtype."""
+    op = build_operator({'type': op_type, 'scale': scale})
+    for length in (scale, 13 * scale, 257 * scale):
+        dense = torch.from_numpy(np.array(op.axis_matrix(length)))
+        filled = op._axis(length, dtype, 'cpu')['matrix']
+        assert filled.dtype == dtype and torch.equal(filled, dense.to(dtype))
+
+
+@pytest.mark.parametrize('op_type,scale', [('bicubic', 2), ('bicubic', 4), ('box', 3), ('gaussian', 2)])
+def test_rotated_by_a_dense_product_equals_the_sparse_one(op_type, scale):
+    """On an accelerator U^T M is one dense float64 product there; on the host a sparse one. Both orders of
+    summation give the same matrix to float64 rounding (run here on the CPU, where either can be chosen)."""
+    op = build_operator({'type': op_type, 'scale': scale})
+    for length in (scale, 31 * scale, 300 * scale):
+        host = op._axis_spectrum(length)
+        cpu = torch.device('cpu')
+        sparse, dense = op._rotated(host, cpu, gemm=False), op._rotated(host, cpu, gemm=True)
+        assert sparse.shape == dense.shape == (length // scale, length)
+        assert (sparse - dense).abs().max() <= 1e-15 * 64
+
+
+def test_cast_entry_keeps_what_each_projection_needs():
+    """eps = 0 and eps > 0 projections on one size share one cast entry: neither rebuilds the other's factors."""
+    op = build_operator({'type': 'bicubic', 'scale': 2})
+    g = torch.Generator().manual_seed(1)
+    x, b = torch.rand(1, 1, 24, 24, generator=g, dtype=torch.float64), torch.rand(1, 1, 12, 12, generator=g, dtype=torch.float64)
+    op.project(x, b, 0.0)
+    entry = op._cast_axes[(24, torch.float64, torch.device('cpu'))]
+    matrix, gram_inv = entry['matrix'], entry['gram_inv']
+    op.project(x, b, 0.05)
+    op.project(x, b, 0.0)
+    entry = op._cast_axes[(24, torch.float64, torch.device('cpu'))]
+    assert entry['matrix'] is matrix and entry['gram_inv'] is gram_inv and 'rotated' in entry
