@@ -30,7 +30,8 @@ WORLD = 2
 
 
 # ---------------------------------------------------------------- (a) DDP gradient == one-process gradient
-def _tiny_layer(folder):
+def _tiny_layer(folder, **options):
+    """The tiny layer of _save_tiny_problem, float64, with tight solves; ``options`` add arch options (eps_rms)."""
     import mcnet_basicsr  # noqa: F401
     from basicsr.archs import build_network
     tight = {'solver': 'anderson', 'm': 5, 'tol': 1e-11, 'max_iter': 300}
@@ -38,7 +39,8 @@ def _tiny_layer(folder):
         'type': 'MCNetArch', 'backbone': {'type': 'SRCNN', 'num_feat': [8, 4]},
         'backbone_path': str(folder / 'srcnn.pth'), 'backbone_input': 'upsampled', 'backbone_channels': 1,
         'operator': {'type': 'bicubic', 'scale': 2}, 'beta_init': 0.05,
-        'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8}, 'solver': {'forward': tight, 'backward': tight}})
+        'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8}, 'solver': {'forward': tight, 'backward': tight},
+        **options})
     net.load_state_dict(torch.load(folder / 'layer.pth'))  # the same weights (and power-iteration start) everywhere
     return net.double()
 
@@ -137,12 +139,12 @@ def _jacobian_loss(net, out, gt, rank):
     return (out - gt).square().mean() + JAC_WEIGHT * penalty
 
 
-def _ddp_jacobian_worker(rank, folder):
+def _ddp_jacobian_worker(rank, folder, options):
     from torch.nn.parallel import DistributedDataParallel
     torch.set_num_threads(1)
     dist.init_process_group('gloo', init_method=f'file://{folder / "rendezvous"}', rank=rank, world_size=WORLD)
     try:
-        net = _tiny_layer(folder)
+        net = _tiny_layer(folder, **options)
         ddp = DistributedDataParallel(net)
         lr, gt = torch.load(folder / 'batch.pt')
         part = slice(rank * len(lr) // WORLD, (rank + 1) * len(lr) // WORLD)
@@ -154,19 +156,31 @@ def _ddp_jacobian_worker(rank, folder):
 
 
 @needs_gloo
-def test_ddp_gradient_with_jacobian_penalty(tmp_path):
+@pytest.mark.parametrize('options', [{}, {'eps_rms': 0.05}], ids=['eps0', 'eps_rms'])
+def test_ddp_gradient_with_jacobian_penalty(tmp_path, options):
     """The Jacobian penalty's F runs outside DDP's forward: DDP's averaged gradient of pixel loss + penalty still
     equals the mean of the per-half gradients of one process (each rank's penalty reaches its reducer in the same
-    backward as its pixel loss)."""
+    backward as its pixel loss). With eps > 0 the solutions sit on their balls' spheres, so the penalty's gradient
+    goes through the projection's second derivatives."""
     lr, gt = _save_tiny_problem(tmp_path)
+    if options:
+        probe = _tiny_layer(tmp_path, **options)
+        with torch.no_grad():
+            x = probe(lr)
+        radius = probe.last_stats['eps']
+        from mcnet_basicsr.utils.color import luma
+        residual = probe.operator.residual_norm(luma(x), luma(lr))
+        assert float(torch.as_tensor(radius).min()) > 0
+        assert torch.allclose(residual, torch.as_tensor(radius, dtype=residual.dtype).expand_as(residual), rtol=1e-6), \
+            'the balls are not active: this case would not test the eps > 0 path'
 
-    mp.spawn(_ddp_jacobian_worker, args=(tmp_path, ), nprocs=WORLD, join=True)
+    mp.spawn(_ddp_jacobian_worker, args=(tmp_path, options), nprocs=WORLD, join=True)
 
     expected, plain = {}, {}
     for rank in range(WORLD):  # a fresh layer per half: the same spectral-norm state as each rank's
         part = slice(rank * len(lr) // WORLD, (rank + 1) * len(lr) // WORLD)
         for grads, loss in ((expected, _jacobian_loss), (plain, lambda net, out, g, r: (out - g).square().mean())):
-            ref = _tiny_layer(tmp_path)
+            ref = _tiny_layer(tmp_path, **options)
             loss(ref, ref(lr[part]), gt[part], rank).backward()
             for name, p in ref.named_parameters():
                 grads[name] = grads.get(name, 0) + p.grad / WORLD
