@@ -39,10 +39,13 @@ if device.type == 'cuda':
 t['model'] = time.time()
 img = inference.read_image(args.inputs[0])
 h, w = img.shape[:2]
-with torch.no_grad():  # the projection's matrices for this size (the solve would build them on its first call)
+with torch.no_grad():  # the projection's factors for this size and the layer's radius, in the solve's float32 and
+    # the final projection's float64 (the solve would build them on its first call)
+    b = torch.zeros(1, 1, h, w, device=device, dtype=torch.float64)
+    eps = model.consistency_radius(b)
     hr = torch.zeros(1, 1, h * args.scale, w * args.scale, device=device, dtype=torch.float64)
-    model.operator.project(hr, torch.zeros(1, 1, h, w, device=device, dtype=torch.float64), 1e-3)
-    model.operator.project(hr.float(), torch.zeros(1, 1, h, w, device=device), 1e-3)
+    model.operator.project(hr, b, eps)
+    model.operator.project(hr.float(), b.float(), eps)
 if device.type == 'cuda':
     torch.cuda.synchronize()
 t['setup'] = time.time()
