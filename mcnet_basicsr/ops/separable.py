@@ -149,8 +149,8 @@ class SeparableDownsample:
 
     Subclasses implement :meth:`axis_matrix` (the float64 (length / scale) x length matrix of one
     axis; optionally :meth:`axis_sparse`, the same as its nonzeros) and register themselves in
-    ``OPERATOR_REGISTRY``; forward, adjoint, projection and all caching live here. Instances are plain objects (not ``nn.Module``): they hold no parameters
-    and work on any dtype/device they are given.
+    ``OPERATOR_REGISTRY``; forward, adjoint, projection and all caching live here. Instances are plain
+    objects (not ``nn.Module``): they hold no parameters and work on any dtype/device they are given.
     """
 
     #: entries kept in the per-instance cache (one entry = one axis length at one dtype/device)
