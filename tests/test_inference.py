@@ -249,6 +249,29 @@ def test_tiled_matches_untiled_and_is_consistent(tmp_path, scale):
         assert (res[tile]['w'] - res[None]['w']).abs().max() <= 1e-5  # the backbone tiles are exact
 
 
+def test_cpu_model_runs_the_denoiser_channels_last():
+    """On the CPU mcnet-sr runs the denoiser channels-last (oneDNN's faster layout there): the exact spectral-norm
+    estimate survives the conversion, and the result is the contiguous model's to float32 rounding, in as many
+    iterations."""
+    import mcnet_sr_cli
+    from mcnet_basicsr.inference import prepare_model
+    cpu = torch.device('cpu')
+    args = mcnet_sr_cli.parse_args(['x.png', '-o', 'out', '--scale', '2', '--device', 'cpu', '--tol', '1e-4'])
+    model = prepare_model(args, cpu, models={})
+    reference = get_model(2, cpu)
+    reference.set_solver(forward={'preset': 'fast', 'tol': 1e-4})
+    convs = list(model.denoiser.sn_convs())
+    assert all(m.weight.is_contiguous(memory_format=torch.channels_last) and not m.weight.is_contiguous()
+               for m in convs if m.weight.shape[1] > 1)
+    assert all(m.estimate_is_exact() for m in convs)
+    lr = torch.from_numpy(photo('chelsea', 40, 48)[:, :, ::-1] / 255.0).permute(2, 0, 1)[None].contiguous()
+    fast, ref = super_resolve(model, lr), super_resolve(reference, lr)
+    assert int(fast['stats'].iterations[0]) == int(ref['stats'].iterations[0])
+    assert (fast['sr'] - ref['sr']).abs().max() <= 1e-5
+    assert not any(m.weight.is_contiguous(memory_format=torch.channels_last) and not m.weight.is_contiguous()
+                   for m in reference.denoiser.sn_convs())
+
+
 # ------------------------------------------------------------------------------------ figures
 def test_compare_figure_with_and_without_gt(tmp_path):
     hr = photo('astronaut', 96, 84)
