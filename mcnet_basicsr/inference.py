@@ -358,8 +358,8 @@ def prepare_model(args, device, models=None):
     if device.type == 'cpu':
         # oneDNN's channels-last convolutions run the denoiser, i.e. every iteration, about 1.5x faster on the CPU
         # (float32 throughout; the result moves by float32 rounding only). On the GPU float32 channels-last
-        # convolutions were slower (docs/benchmarks.md). The denoiser only: it runs once per iteration, and not
-        # every backbone computes correctly in that layout (PAN's output was garbage channels-last on the CPU).
+        # convolutions were slower (docs/benchmarks.md). The denoiser runs once per iteration, the backbone once per
+        # image, so only the denoiser is converted.
         model.denoiser.to(memory_format=torch.channels_last)
     return model
 
