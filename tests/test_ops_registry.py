@@ -93,6 +93,16 @@ def test_custom_operator_with_a_wrong_matrix_is_refused(matrix):
         WrongShape(2)(torch.rand(1, 1, 6, 6))
 
 
+def test_operator_without_a_matrix_says_so():
+    """axis_matrix and axis_sparse each default to the other; a subclass with neither is told, not sent in circles."""
+    class NoMatrix(SeparableDownsample):
+        pass
+
+    for call in (lambda op: op(torch.rand(1, 1, 4, 4)), lambda op: op.axis_matrix(4), lambda op: op.axis_sparse(4)):
+        with pytest.raises(NotImplementedError, match='NoMatrix implements neither axis_matrix nor axis_sparse'):
+            call(NoMatrix(2))
+
+
 def test_registry_default_name_is_class_name():
 
     @OPERATOR_REGISTRY.register()

@@ -58,7 +58,8 @@ def test_cast_entry_keeps_what_each_projection_needs():
     """eps = 0 and eps > 0 projections on one size share one cast entry: neither rebuilds the other's factors."""
     op = build_operator({'type': 'bicubic', 'scale': 2})
     g = torch.Generator().manual_seed(1)
-    x, b = torch.rand(1, 1, 24, 24, generator=g, dtype=torch.float64), torch.rand(1, 1, 12, 12, generator=g, dtype=torch.float64)
+    x = torch.rand(1, 1, 24, 24, generator=g, dtype=torch.float64)
+    b = torch.rand(1, 1, 12, 12, generator=g, dtype=torch.float64)
     op.project(x, b, 0.0)
     entry = op._cast_axes[(24, torch.float64, torch.device('cpu'))]
     matrix, gram_inv = entry['matrix'], entry['gram_inv']

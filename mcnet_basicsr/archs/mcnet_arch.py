@@ -148,9 +148,10 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             :meth:`set_solver`.
         allow_tf32 (bool): TF32 for cuDNN convolutions and CUDA matmuls during this arch's forward and its
             public pieces ``backbone_estimate`` and ``solve`` (the flags are set for the call and restored after
-            it; training wraps its backward likewise, see MCNetModel). TF32 rounds convolution inputs to 10-bit mantissas, a noise floor of about 1e-4
-            relative that keeps the fixed-point residual from reaching the 1e-5 a correct implicit gradient
-            needs (seen on H200: forward stalls at 2e-5, backward at 3e-3). Default: False.
+            it; training wraps its backward likewise, see MCNetModel). TF32 rounds convolution inputs to 10-bit
+            mantissas, a noise floor of about 1e-4 relative that keeps the fixed-point residual from reaching
+            the 1e-5 a correct implicit gradient needs (seen on H200: forward stalls at 2e-5, backward at 3e-3).
+            Default: False.
         tile (int | None): Run the backbone and the denoiser on ``tile`` x ``tile`` LR tiles (``tile * scale``
             in HR) overlapping by their receptive field, so each tile's output is exactly the untiled one; the
             fixed-point iteration and its projection run on the whole image. Not exact for backbones with

@@ -7,8 +7,8 @@ pixel, so no padding is ever materialised and ``M.T`` is the exact adjoint inclu
 
 Each matrix is built as its nonzeros (:class:`AxisMatrix`, a few taps per row): the projection's
 set-up needs only those, and a dense float64 matrix of a long axis is tens of MB to fill, copy and
-scan. The ``*_sparse`` builders are ``lru_cache``d; the ``*_matrix`` ones return the same matrix
-dense and read-only. Callers convert (and cache) per dtype/device.
+scan. The ``*_sparse`` builders are ``lru_cache``d (:func:`matlab_bicubic_matrix` is the bicubic one
+dense and read-only, for ``imresize``). Callers convert (and cache) per dtype/device.
 """
 import functools
 import math
@@ -91,12 +91,6 @@ def _fold_taps(rows, cols, weights, out_length, in_length):
     return AxisMatrix(indptr, unique % in_length, data, (out_length, in_length))
 
 
-def _read_only_dense(sparse):
-    matrix = sparse.dense()
-    matrix.flags.writeable = False
-    return matrix
-
-
 def cubic_kernel(x):
     """Keys cubic convolution kernel with a = -0.5 (MATLAB's and basicsr's ``cubic``)."""
     absx = np.abs(x)
@@ -109,8 +103,10 @@ def cubic_kernel(x):
 
 @functools.lru_cache(maxsize=256)
 def matlab_bicubic_matrix(in_length, out_length, scale, antialiasing=True):
-    """:func:`matlab_bicubic_sparse` as a dense, read-only float64 array."""
-    return _read_only_dense(matlab_bicubic_sparse(in_length, out_length, scale, antialiasing))
+    """:func:`matlab_bicubic_sparse` as a dense, read-only float64 array (for :func:`~mcnet_basicsr.ops.imresize`)."""
+    matrix = matlab_bicubic_sparse(in_length, out_length, scale, antialiasing).dense()
+    matrix.flags.writeable = False
+    return matrix
 
 
 @functools.lru_cache(maxsize=256)
@@ -170,12 +166,6 @@ def _check_divisible(length, scale):
 
 
 @functools.lru_cache(maxsize=256)
-def box_matrix(in_length, scale):
-    """:func:`box_sparse` as a dense, read-only float64 array."""
-    return _read_only_dense(box_sparse(in_length, scale))
-
-
-@functools.lru_cache(maxsize=256)
 def box_sparse(in_length, scale):
     """Block averaging by an integer ``scale``: row i averages input pixels ``[i*s, (i+1)*s)``."""
     in_length, scale = int(in_length), int(scale)
@@ -191,12 +181,6 @@ def gaussian_taps(sigma, kernel_size):
     offsets = np.arange(kernel_size, dtype=np.float64) - kernel_size // 2
     taps = np.exp(-0.5 * (offsets / sigma) ** 2)
     return taps / taps.sum()
-
-
-@functools.lru_cache(maxsize=256)
-def gaussian_matrix(in_length, scale, sigma, kernel_size, offset=0):
-    """:func:`gaussian_sparse` as a dense, read-only float64 array."""
-    return _read_only_dense(gaussian_sparse(in_length, scale, sigma, kernel_size, offset))
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,11 +1,12 @@
 """The registered downsampling operators and :func:`build_operator`.
 
-Each class only says how to build the float64 matrix of one axis (dense, and as its nonzeros for the
-projection's set-up); forward, adjoint, projection and caching come from :class:`~mcnet_basicsr.ops.separable.SeparableDownsample`.
+Each class only says how to build the float64 matrix of one axis, as its nonzeros (``axis_sparse``); the
+dense matrix, forward, adjoint, projection and caching come from
+:class:`~mcnet_basicsr.ops.separable.SeparableDownsample`.
 """
 import math
 
-from .matrices import box_matrix, box_sparse, gaussian_matrix, gaussian_sparse, matlab_bicubic_matrix, matlab_bicubic_sparse
+from .matrices import box_sparse, gaussian_sparse, matlab_bicubic_sparse
 from .registry import OPERATOR_REGISTRY
 from .separable import SeparableDownsample
 
@@ -20,9 +21,6 @@ class MatlabBicubicDownsample(SeparableDownsample):
     BasicSR benchmark -- up to basicsr's float32 weight rounding (~1e-7).
     """
 
-    def axis_matrix(self, length):
-        return matlab_bicubic_matrix(length, length // self.scale, 1.0 / self.scale, True)
-
     def axis_sparse(self, length):
         return matlab_bicubic_sparse(length, length // self.scale, 1.0 / self.scale, True)
 
@@ -30,9 +28,6 @@ class MatlabBicubicDownsample(SeparableDownsample):
 @OPERATOR_REGISTRY.register('box')
 class BoxDownsample(SeparableDownsample):
     """Average of each ``scale x scale`` block (``A A^T = I / scale^2``)."""
-
-    def axis_matrix(self, length):
-        return box_matrix(length, self.scale)
 
     def axis_sparse(self, length):
         return box_sparse(length, self.scale)
@@ -63,9 +58,6 @@ class GaussianDownsample(SeparableDownsample):
         if int(offset) != offset or not 0 <= offset < self.scale:
             raise ValueError(f'offset must be an integer in [0, {self.scale}), got {offset!r}')
         self.sigma, self.kernel_size, self.offset = sigma, int(kernel_size), int(offset)
-
-    def axis_matrix(self, length):
-        return gaussian_matrix(length, self.scale, self.sigma, self.kernel_size, self.offset)
 
     def axis_sparse(self, length):
         return gaussian_sparse(length, self.scale, self.sigma, self.kernel_size, self.offset)

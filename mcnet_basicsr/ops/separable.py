@@ -148,7 +148,7 @@ class SeparableDownsample:
     """Base class of separable downsampling operators ``A X = M_h X M_w^T`` (per channel).
 
     Subclasses implement :meth:`axis_matrix` (the float64 (length / scale) x length matrix of one
-    axis; optionally :meth:`axis_sparse`, the same as its nonzeros) and register themselves in
+    axis) or :meth:`axis_sparse` (the same as its nonzeros) and register themselves in
     ``OPERATOR_REGISTRY``; forward, adjoint, projection and all caching live here. Instances are plain
     objects (not ``nn.Module``): they hold no parameters and work on any dtype/device they are given.
     """
@@ -164,14 +164,20 @@ class SeparableDownsample:
         self._cast_axes = collections.OrderedDict()  # (length, dtype, device) -> dict of tensors
 
     # ------------------------------------------------------------------ to override
+    # A subclass implements one of the two; each default derives its result from the other.
     def axis_matrix(self, length):
-        """Return the 1-D operator for an axis of ``length`` pixels: float64 array (length // scale, length)."""
-        raise NotImplementedError
+        """Return the 1-D operator for an axis of ``length`` pixels: float64 array (length // scale, length).
+        Default: :meth:`axis_sparse` made dense."""
+        if type(self).axis_sparse is SeparableDownsample.axis_sparse:
+            raise NotImplementedError(f'{type(self).__name__} implements neither axis_matrix nor axis_sparse')
+        return self.axis_sparse(length).dense()
 
     def axis_sparse(self, length):
         """The same matrix as its nonzeros (:class:`~mcnet_basicsr.ops.matrices.AxisMatrix`), which is all the
         set-up of a new size uses. Default: found in :meth:`axis_matrix`; operators that can list their taps
-        directly override this too and skip building the dense float64 matrix."""
+        (the registered ones) implement this instead, and no dense float64 matrix is built."""
+        if type(self).axis_matrix is SeparableDownsample.axis_matrix:
+            raise NotImplementedError(f'{type(self).__name__} implements neither axis_matrix nor axis_sparse')
         matrix = np.asarray(self.axis_matrix(length), dtype=np.float64)
         if matrix.ndim != 2:
             raise ValueError(f'{type(self).__name__}.axis_matrix({length}) returned {matrix.ndim} dims, expected 2')
