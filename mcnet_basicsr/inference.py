@@ -59,6 +59,7 @@ from tqdm import tqdm
 import mcnet_sr_cli
 from mcnet_sr_cli import UsageError, print_error
 
+from .deq import release_cuda_graph_memory
 from .ops import imresize
 from .pretrained import build_pretrained_mcnet, check_available, default_eps_rms
 from .utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
@@ -390,7 +391,8 @@ def run(args, models=None):
             msg = _one_line(exc if isinstance(exc, ImageError) else f'{type(exc).__name__}: {exc}')
             tqdm.write(f'error: {path}: {msg}', file=sys.stderr)
             row.update(status='error', error=msg, seconds=time.perf_counter() - start)
-            if device.type == 'cuda':
+            if device.type == 'cuda':  # e.g. out of memory: give the next image the whole device
+                release_cuda_graph_memory(device)
                 torch.cuda.empty_cache()
             continue
         row.update(status='ok', seconds=time.perf_counter() - start)

@@ -8,7 +8,8 @@ without a GPU; the rules that hold everywhere (ignored off CUDA, forward only, t
 import pytest
 import torch
 
-from mcnet_basicsr.deq import SolverConfig, anderson_solve, fixed_point_solve, implicit_fixed_point, solve
+from mcnet_basicsr.deq import (SolverConfig, anderson_solve, fixed_point_solve, implicit_fixed_point,
+                               release_cuda_graph_memory, solve)
 
 from test_anderson_reference import _mixed_difficulty_map
 
@@ -156,3 +157,48 @@ def test_mcnet_forward_with_graphs_matches_eager():
         st_g = net.last_stats['forward']
     assert st_g.iterations.tolist() == st_e.iterations.tolist()
     assert torch.allclose(out_g, out_e, rtol=0, atol=1e-5)
+
+
+def test_release_cuda_graph_memory_is_harmless_without_graphs():
+    release_cuda_graph_memory()
+    release_cuda_graph_memory(torch.device('cpu'))
+    release_cuda_graph_memory('cpu')
+
+
+@needs_cuda
+def test_solves_with_graphs_reuse_one_memory_pool():
+    """Solves one after another capture into one pool per device: the reserved memory stops growing
+    after the first solve of a size (a pool per solve kept every finished solve's memory), and it is
+    given back once released."""
+    from mcnet_basicsr.archs.dncnn_arch import DnCNN
+
+    torch.manual_seed(0)
+    net = DnCNN(depth=6).cuda().eval()
+
+    def run(side, seed):
+        y = torch.rand(4, 1, side, side, device='cuda', generator=torch.Generator('cuda').manual_seed(seed))
+        with torch.no_grad():
+            z, st = anderson_solve(lambda z: 0.5 * (net(z) + y), torch.zeros_like(y), tol=1e-5, max_iter=40,
+                                   cuda_graph=True)
+        assert st.cuda_graph
+        return z
+
+    release_cuda_graph_memory()
+    torch.cuda.empty_cache()
+    idle = torch.cuda.memory_reserved()
+    run(96, 0), run(64, 1)
+    torch.cuda.synchronize()
+    after_first = torch.cuda.memory_reserved()
+    assert after_first > idle
+    for seed in range(2, 12):  # the same sizes again, and a smaller one: all served by the pool
+        run((96, 64, 48)[seed % 3], seed)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_reserved() == after_first
+    release_cuda_graph_memory('cuda')
+    torch.cuda.empty_cache()
+    released = torch.cuda.memory_reserved()
+    assert released < after_first
+    run(96, 12)  # a new pool serves the next solves, and no more than the first one took
+    run(96, 13)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_reserved() - released <= after_first - idle
