@@ -279,7 +279,7 @@ def test_project_eps_positive_dct_equals_dense_eigh_path(monkeypatch, op_type, s
     eps = op.residual_norm(x, b) * torch.tensor([0.3, 0.01, 2.0], dtype=torch.float64)
     p = op.project(x, b, eps)
 
-    def lapack_eigenpairs(gram):
+    def lapack_eigenpairs(gram, dense_fallback=True):
         eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(gram.toarray()))
         return eigvals.numpy(), eigvecs.numpy()
 

@@ -54,6 +54,33 @@ def test_rotated_by_a_dense_product_equals_the_sparse_one(op_type, scale):
         assert (sparse - dense).abs().max() <= 1e-15 * 64
 
 
+@pytest.mark.parametrize('op_type,scale', [('bicubic', 2), ('bicubic', 4), ('box', 3)])
+def test_inverse_from_dct_pairs_equals_the_banded_one(op_type, scale):
+    """On an accelerator (M M^T)^{-1} is (U / s) U^T from the DCT pairs, one float64 product there; the host
+    inverts the banded Cholesky factor. Both are the same matrix to float64 rounding (cond(M M^T) is about 2;
+    run here on the CPU, where either can be chosen)."""
+    op = build_operator({'type': op_type, 'scale': scale})
+    cpu = torch.device('cpu')
+    for length in (scale, 31 * scale, 300 * scale):
+        banded, product = op._gram_inverse(length, cpu, gemm=False), op._gram_inverse(length, cpu, gemm=True)
+        assert 'eigvals' in op._axis_float64(length)  # the product came from the pairs
+        assert (banded - product).abs().max() <= 64 * 1e-16 * banded.abs().max()
+
+
+def test_inverse_without_dct_pairs_never_runs_a_dense_eigendecomposition(monkeypatch):
+    """An operator whose M M^T the DCT does not diagonalise (a Gaussian) gets the banded inverse on an accelerator
+    too: an O(length^3) eigh would cost more than it saves. The failed check is remembered."""
+    op = build_operator({'type': 'gaussian', 'scale': 2})
+    monkeypatch.setattr(torch.linalg, 'eigh', lambda *a, **k: pytest.fail('dense eigh for the eps = 0 inverse'))
+    cpu = torch.device('cpu')
+    product = op._gram_inverse(64, cpu, gemm=True)
+    assert op._axis_float64(64)['dct'] is False and 'eigvals' not in op._axis_float64(64)
+    assert torch.equal(product, op._gram_inverse(64, cpu, gemm=False))
+    assert torch.equal(op._gram_inverse(64, cpu, gemm=True), product)
+    monkeypatch.undo()
+    assert 'eigvals' in op._axis_spectrum(64)  # eps > 0 still gets its (dense) pairs
+
+
 def test_cast_entry_keeps_what_each_projection_needs():
     """eps = 0 and eps > 0 projections on one size share one cast entry: neither rebuilds the other's factors."""
     op = build_operator({'type': 'bicubic', 'scale': 2})

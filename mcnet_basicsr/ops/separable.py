@@ -31,7 +31,8 @@ The eigendecomposition is the DCT-II basis where that diagonalises ``M M^T`` to 
 and box: see :func:`_gram_eigenpairs`), else a dense ``eigh``. The factorisations run on the CPU in
 float64 from the nonzeros of M (:meth:`SeparableDownsample.axis_sparse`); M itself is filled on the
 input's device from those, and ``U^T M`` is one float64 product there on an accelerator (a sparse one on
-the CPU). Everything is rounded to the input's dtype once, from float64, so float32 projections are
+the CPU); so is ``(M M^T)^{-1} = U diag(1/s) U^T`` where the DCT pairs apply (the banded Cholesky on the CPU and
+for other operators). Everything is rounded to the input's dtype once, from float64, so float32 projections are
 feasible to ~1e-7 relative (K is well conditioned for bicubic/box: cond(M M^T) ~ 2 and 1).
 
 The 1-D matrices are stored dense: the products are then plain GEMMs (fast on GPU, and on CPU
@@ -68,7 +69,7 @@ def _dct2_basis(n):
     return basis
 
 
-def _gram_eigenpairs(gram):
+def _gram_eigenpairs(gram, dense_fallback=True):
     """Eigenvalues (ascending) and orthonormal eigenvectors (columns) of the symmetric banded ``M M^T``
     (a scipy sparse matrix), float64 numpy.
 
@@ -78,7 +79,8 @@ def _gram_eigenpairs(gram):
     of a dense eigendecomposition, which took 0.3-0.5 s at n = 1024 on one CPU core. The DCT pairs are used
     when ``||M M^T C - C diag(s)||_max <= 64 eps_64 ||M M^T||_inf``, i.e. when they are eigenpairs to float64
     rounding, as exact as LAPACK's (C is orthonormal to rounding by construction); any other operator (e.g.
-    a Gaussian centred on a pixel, or with an offset, whose residual is ~1e-2) gets LAPACK's ``eigh``.
+    a Gaussian centred on a pixel, or with an offset, whose residual is ~1e-2) gets LAPACK's ``eigh``, or
+    ``None`` with ``dense_fallback=False``.
     """
     n = gram.shape[0]
     basis = _dct2_basis(n)
@@ -88,6 +90,8 @@ def _gram_eigenpairs(gram):
     if np.abs(product).max() <= 64 * _DBL_EPS * abs(gram).sum(1).max():
         order = np.argsort(eigvals, kind='stable')
         return eigvals[order], np.take(basis, order, axis=1)  # C-contiguous, unlike basis[:, order]
+    if not dense_fallback:
+        return None
     eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(gram.toarray()))
     return eigvals.numpy(), eigvecs.numpy()
 
@@ -221,12 +225,20 @@ class SeparableDownsample:
         return ValueError(f'{type(self).__name__}: A A^T is (numerically) singular along an axis of length {length} '
                           f'({detail}); the projection needs A to have full row rank')
 
-    def _axis_spectrum(self, length):
-        """Add (once) ``eigvals`` s and ``eigvecs`` U of ``M M^T`` to the host entry (``U^T M``: :meth:`_rotated`)."""
+    def _axis_spectrum(self, length, dense_fallback=True):
+        """Add (once) ``eigvals`` s and ``eigvecs`` U of ``M M^T`` to the host entry (``U^T M``: :meth:`_rotated`).
+        With ``dense_fallback=False``, only the DCT pairs of :func:`_gram_eigenpairs`: ``None`` where they do not
+        diagonalise ``M M^T`` (remembered, so the check runs once)."""
         entry = self._axis_float64(length)
         if 'eigvals' not in entry:
+            if not dense_fallback and entry.get('dct') is False:
+                return None
             _, gram = self._sparse_gram(entry)
-            eigvals, eigvecs = _gram_eigenpairs((0.5 * (gram + gram.T)).tocsr())
+            pairs = _gram_eigenpairs((0.5 * (gram + gram.T)).tocsr(), dense_fallback)
+            if pairs is None:
+                entry['dct'] = False
+                return None
+            eigvals, eigvecs = pairs
             if not eigvals[0] > 1e-12 * eigvals[-1]:
                 raise self._singular(length, f'eigenvalues {eigvals[0]:.3g} .. {eigvals[-1]:.3g}')
             entry.update(eigvals=torch.from_numpy(eigvals), eigvecs=torch.from_numpy(eigvecs))
@@ -270,6 +282,19 @@ class SeparableDownsample:
             entry['gram_inv'] = torch.from_numpy(scipy.linalg.cho_solve_banded((factor, False), np.eye(len(diag))))
         return entry
 
+    def _gram_inverse(self, length, device, gemm=None):
+        """``(M M^T)^{-1}`` in float64 on ``device``. ``gemm`` (default: on accelerators): where the DCT pairs
+        diagonalise ``M M^T``, ``(U / s) U^T`` by one float64 product on the device, instead of the host's banded
+        solve for every column (:meth:`_axis_inverse`), which cost 45-50 ms at LR 1024 on an H100 machine's CPU
+        core against about 25 ms for the pairs and the product. The CPU keeps the banded solve (there the
+        O(length^3) product is the dearer one), as does an operator without DCT pairs."""
+        if device.type != 'cpu' if gemm is None else gemm:
+            entry = self._axis_spectrum(length, dense_fallback=False)
+            if entry is not None:
+                eigvecs = entry['eigvecs'].to(device)
+                return (eigvecs / entry['eigvals'].to(device)) @ eigvecs.T
+        return self._axis_inverse(length)['gram_inv'].to(device)
+
     def _axis(self, length, dtype, device, need=None):
         """The cast entry of one axis length; ``need``: None (M only), 'spectral' (:meth:`_axis_spectrum`) or
         'inverse' (:meth:`_axis_inverse`)."""
@@ -278,8 +303,7 @@ class SeparableDownsample:
         entry = self._cast_axes.get(key)
         marker = {None: 'matrix', 'spectral': 'eigvecs', 'inverse': 'gram_inv'}[need]
         if entry is None or marker not in entry:
-            host = {None: self._axis_float64, 'spectral': self._axis_spectrum,
-                    'inverse': self._axis_inverse}[need](length)
+            host = self._axis_spectrum(length) if need == 'spectral' else self._axis_float64(length)
             entry = dict(entry or {})  # keeps what an earlier need added
             if 'matrix' not in entry:
                 entry['matrix'] = host['sparse'].to_tensor(dtype, device)  # filled on the device from the nonzeros
@@ -288,7 +312,7 @@ class SeparableDownsample:
                 entry.update(eigvals=host['eigvals'].to(device), eigvecs=host['eigvecs'].to(device=device, dtype=dtype),
                              rotated=self._rotated(host, device).to(dtype))
             elif need == 'inverse':
-                entry['gram_inv'] = host['gram_inv'].to(device=device, dtype=dtype)
+                entry['gram_inv'] = self._gram_inverse(length, device).to(dtype)
             self._cast_axes[key] = entry
             self._evict(self._cast_axes)
         else:
