@@ -168,13 +168,21 @@ def _file_key(path):
 def _start_cuda_in_background(device):
     """Start CUDA on a daemon thread, so that its start-up (about a second on a GPU host) overlaps the model's CPU
     work (weights, spectral norms); the first CUDA call of the main thread waits for it (torch's lazy
-    initialisation holds a lock) and reports any error itself."""
+    initialisation holds a lock) and reports any error itself. The thread then loads cuBLAS and cuDNN with one tiny
+    product (float32 and float64, as the solve and the final projection use) and one tiny convolution: their
+    first use costs some hundreds of milliseconds, which the main thread would otherwise pay on its first image."""
     if device.type != 'cuda' or torch.cuda.is_initialized():
         return
 
     def init():
         try:
             torch.cuda.init()
+            with torch.no_grad():
+                for dtype in (torch.float32, torch.float64):
+                    ones = torch.ones(8, 8, device=device, dtype=dtype)
+                    ones @ ones
+                torch.nn.functional.conv2d(torch.ones(1, 1, 8, 8, device=device), torch.ones(1, 1, 3, 3, device=device))
+            torch.cuda.synchronize(device)
         except Exception:  # noqa: BLE001 -- the main thread's first CUDA call raises it again, with its context
             pass
 
