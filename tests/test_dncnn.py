@@ -298,9 +298,16 @@ def test_a_move_keeps_an_exact_estimate_and_a_dtype_change_drops_it(monkeypatch)
     with torch.no_grad():
         net(x.double())
     assert len(calls) == len(net.sn_convs())
-    if torch.cuda.is_available():
-        net.float().cuda()
+    if torch.cuda.is_available():  # the move mcnet-sr makes: estimated on the CPU, then run on the GPU
+        net.float()
+        with torch.no_grad():
+            reference = net(x)  # estimates the float32 weights again (the cast rounded them)
+        calls.clear()
+        net.cuda()
         assert all(m.estimate_is_exact() for m in net.sn_convs())
+        with torch.no_grad():
+            torch.testing.assert_close(net(x.cuda()).cpu(), reference, rtol=1e-5, atol=1e-6)
+        assert calls == []
 
 
 def test_projection_into_the_bound_keeps_an_exact_estimate_exact(monkeypatch):
