@@ -66,9 +66,9 @@ class SolverConfig:
             ``f.capturable = False`` (e.g. MCNet with ``eps > 0``, whose
             projection solves for its multiplier on the host). Forward solves
             only: a backward solve runs autograd, which cannot be captured this way.
-            For inference: in training, GPU memory grows with every solve
-            (about 20 MB per step at a batch of 32, docs/benchmarks.md) for a
-            step only 2.5% faster. Default: False.
+            The captures of a device share one memory pool, reserved between
+            solves (``release_cuda_graph_memory`` hands it back). In training a
+            step is only 2.5% faster (docs/benchmarks.md). Default: False.
     """
 
     solver: str = 'anderson'
