@@ -247,3 +247,42 @@ def test_md_section_rejects_broken_markers(tmp_path):
     replace_section(str(new), 'x', 'one')
     replace_section(str(new), 'x', 'two')
     assert new.read_text() == '<!-- x:begin -->\ntwo\n<!-- x:end -->\n'
+
+
+# ------------------------------------------------------------------------------------------ tolerance_sweep
+def test_tolerance_sweep_matches_real_solves(data_root, tmp_path):
+    """One recorded solve stands for a solve at every looser tolerance: each row's iterations and PSNR are those of
+    the layer solved at that tolerance (mcnet-sr's model), and the tables' row is the tables' own output."""
+    from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
+    from mcnet_basicsr.pretrained import build_pretrained_mcnet
+    from mcnet_basicsr.utils.color import luma
+    sweep = load_script('tolerance_sweep')
+    out = tmp_path / 'sweep.json'
+    record = sweep.main(['--scale', '2', '--datasets', 'Set5', '--data-root', str(data_root), '--tols', '1e-3', '1e-4',
+                         '1e-6', '--out', str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(record))
+    rows = record['sets']['Set5']['images']
+    assert sorted(rows) == ['astronaut', 'coffee']
+    for name, row in rows.items():
+        its = [row[t][0] for t in ('0.001', '0.0001', '1e-06')]
+        assert its == sorted(its) and its[-1] == row['tables_iterations'] and its[0] < its[-1]
+        assert row['1e-06'][1] == row['tables_psnr']
+        hr = cv2.imread(str(data_root / 'Set5' / 'HR_mod2' / f'{name}.png'))
+        lr_bgr = cv2.imread(str(data_root / 'Set5' / 'LR_bicubic' / 'X2' / f'{name}.png'))
+        lr = torch.from_numpy(lr_bgr[:, :, ::-1] / 255.0).permute(2, 0, 1)[None].float()
+        for tol, key in ((1e-3, '0.001'), (1e-6, 'tables')):
+            net = build_pretrained_mcnet(2, solver={'preset': 'tables', 'tol': tol})
+            with torch.no_grad():
+                psnr = y_uint8_metrics(luma(net(lr).double()), hr, 2)[0]
+            iterations = int(net.last_stats['forward'].iterations[0])
+            expected = row[key] if key != 'tables' else [row['tables_iterations'], row['tables_psnr']]
+            assert iterations == expected[0]
+            assert psnr == pytest.approx(expected[1], abs=2e-3)  # the RGB round trip may move a Y level
+    summary = record['sets']['Set5']['summary']
+    assert summary['1e-06']['dpsnr'] == 0 and summary['0.001']['iterations'] < summary['tables_iterations']
+
+
+def test_tolerance_sweep_explains_missing_data(tmp_path):
+    sweep = load_script('tolerance_sweep')
+    with pytest.raises(SystemExit, match='prepare_datasets'):
+        sweep.main(['--scale', '2', '--datasets', 'Set5', '--data-root', str(tmp_path), '--limit', '1'])
