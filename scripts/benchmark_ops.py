@@ -78,13 +78,10 @@ def bench(op_type, shape, scale, device, dtype, repeats, with_basicsr):
     x = torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
     b = op(torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype))
     eps = eps_from_rms(QUANTIZATION_EPS_RMS, b[0].numel())
-    # a new size's set-up, on fresh operators (each eps its own: eps > 0 needs other factors); the median of
-    # several, as one call alone is at the mercy of the host
-    fresh = max(1, min(repeats, 5))
-    row = {'first_project': statistics.median(first_call_ms(
-        lambda: build_operator({'type': op_type, 'scale': scale}).project(x, b, 0.0), device) for _ in range(fresh))}
-    row['first_project_eps'] = statistics.median(first_call_ms(
-        lambda: build_operator({'type': op_type, 'scale': scale}).project(x, b, eps), device) for _ in range(fresh))
+    # a new size's set-up on fresh operators (eps > 0 needs other factors), median of several: one call is noisy
+    row = {key: statistics.median(first_call_ms(lambda: build_operator({'type': op_type, 'scale': scale}).project(
+        x, b, e), device) for _ in range(max(1, min(repeats, 5)))) for key, e in (('first_project', 0.0),
+                                                                              ('first_project_eps', eps))}
     row['forward'] = timeit(lambda: op(x), device, repeats)
     row['adjoint'] = timeit(lambda: op.adjoint(b), device, repeats)
     row['project0'] = timeit(lambda: op.project(x, b, 0.0), device, repeats)
@@ -110,14 +107,9 @@ def machine_note(devices):
 
 def process_first_calls(devices, dtype):
     """The first eps = 0 and eps > 0 projections of the process on each device (one-off library loading)."""
-    out = []
-    for device in devices:
-        x = torch.rand(1, 1, 64, 64, dtype=dtype, device=device)
-        b = torch.rand(1, 1, 32, 32, dtype=dtype, device=device)
-        times = [first_call_ms(lambda: build_operator({'type': 'bicubic', 'scale': 2}).project(x, b, eps), device)
-                 for eps in (0.0, 1e-3)]
-        out.append(f'{device.type} {fmt(times[0])} / {fmt(times[1])}')
-    return ', '.join(out)
+    x, b = (torch.rand(1, 1, n, n, dtype=dtype) for n in (64, 32))
+    return ', '.join(f'{d.type} ' + ' / '.join(fmt(first_call_ms(lambda: build_operator({'type': 'bicubic', 'scale': 2})
+                     .project(x.to(d), b.to(d), eps), d)) for eps in (0.0, 1e-3)) for d in devices)
 
 
 def main():

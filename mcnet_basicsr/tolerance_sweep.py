@@ -1,0 +1,145 @@
+"""How close each solver tolerance comes to the tables' result, for the model ``mcnet-sr`` runs.
+
+One solve per image at the tables' setting (the ``tables`` preset: relative residual 1e-6, at most 300
+iterations), with every iterate kept. A solve at a looser tolerance returns the first iterate whose residual
+meets it (the solvers stop there), so one solve gives every tolerance: its iterations and its PSNR under the
+tables' protocol (the output's Y rounded to uint8, against the mod-cropped HR, crop = scale) of what the layer then
+returns: the map applied once more to that iterate, then the final float64 projection. Printed per set: mean iterations and mean PSNR difference to the tables'
+result per tolerance; ``--out`` writes every image's numbers as JSON.
+
+    python scripts/tolerance_sweep.py --scale 2                                     # Set5 and Set14, shipped SRCNN
+    python scripts/tolerance_sweep.py --scale 2 --backbone-weights experiments/pretrained_models/srcnn_955_imagenet_x2.pth
+    python scripts/tolerance_sweep.py --scale 4 --backbone imdn --backbone-weights experiments/pretrained_models/imdn_x4.pth
+
+(``scripts/tolerance_sweep.py`` runs :func:`main` of this module.)
+
+This is how ``mcnet-sr``'s default ``--tol`` per layer is chosen (``mcnet_sr_cli.DEFAULT_TOL``; docs/benchmarks.md,
+"Quality of mcnet-sr's default"). Data: ``scripts/prepare_datasets.py`` (``datasets/<set>/HR_mod<s>`` and
+``datasets/<set>/LR_bicubic/X<s>``).
+"""
+import argparse
+import glob
+import json
+import os.path as osp
+import sys
+
+import cv2
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .deq import solve
+from .metrics.y_uint8 import y_uint8_metrics
+from .pretrained import build_pretrained_mcnet, default_eps_rms
+from .utils.color import luma
+
+TOLS = (1e-4, 5e-5, 3e-5, 2e-5, 1.5e-5, 1e-5, 7e-6, 5e-6, 3e-6, 2e-6)
+
+
+def image_pairs(data_root, dataset, scale, limit=None):
+    """(name, HR path, LR path) of a prepared set; a clear error when it is missing or unpaired."""
+    hr_dir = osp.join(data_root, dataset, f'HR_mod{scale}')
+    lr_dir = osp.join(data_root, dataset, 'LR_bicubic', f'X{scale}')
+    hrs = sorted(glob.glob(osp.join(hr_dir, '*.png')))
+    if not hrs:
+        raise SystemExit(f'no HR images in {hr_dir}: prepare the set first (scripts/prepare_datasets.py)')
+    pairs = []
+    for hr in hrs:
+        name = osp.splitext(osp.basename(hr))[0]
+        lr = sorted(glob.glob(osp.join(lr_dir, f'{name}*.png')))
+        if not lr:
+            raise SystemExit(f'no LR image for {hr} in {lr_dir}')
+        pairs.append((name, hr, lr[0]))
+    return pairs[:limit] if limit else pairs
+
+
+@torch.no_grad()
+def sweep_image(net, lr, hr_bgr, tols):
+    """The tables' solve of one image with every iterate kept; returns the tables' iterations and PSNR and, per
+    tolerance, ``[iterations, psnr]`` of the iterate a solve at that tolerance returns."""
+    w, _ = net.backbone_estimate(lr)
+    b = luma(lr.double())
+    f, z0, eps = net.fixed_point_problem(w, b.to(w.dtype))
+    iterates, residuals = [], []
+
+    def recording(z):
+        fz = f(z)
+        iterates.append(fz[:, :w.shape[1]].clone())  # the layer returns F(z) at the iterate the solve stops on
+        residuals.append(float(torch.linalg.vector_norm(fz - z) / (torch.linalg.vector_norm(fz) + 1e-12)))
+        return fz
+
+    recording.capturable = False  # the host reads every residual
+    _, stats = solve(recording, z0, net.forward_solver)
+    n = int(stats.iterations[0])
+    scale = net.scale
+
+    def psnr(k):  # the layer's output when the solve stops at iterate k: F's x part, projected in float64
+        y = net.operator.project(iterates[k].double(), b, eps)
+        return y_uint8_metrics(y, hr_bgr, scale)[0]
+
+    row = {'tables_iterations': n, 'tables_psnr': psnr(n - 1)}
+    for tol in tols:
+        k = next((i for i, r in enumerate(residuals[:n]) if r <= tol), n - 1)
+        row[f'{tol:g}'] = [k + 1, psnr(k)]
+    return row
+
+
+def summarise(rows, tols):
+    """Mean iterations and mean PSNR difference to the tables' result per tolerance."""
+    out = {'tables_psnr': float(np.mean([r['tables_psnr'] for r in rows.values()])),
+           'tables_iterations': float(np.mean([r['tables_iterations'] for r in rows.values()]))}
+    for tol in tols:
+        key = f'{tol:g}'
+        out[key] = {'iterations': float(np.mean([r[key][0] for r in rows.values()])),
+                    'iterations_max': int(max(r[key][0] for r in rows.values())),
+                    'dpsnr': float(np.mean([r[key][1] - r['tables_psnr'] for r in rows.values()]))}
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog='tolerance_sweep.py', description=__doc__.split('\n')[0])
+    parser.add_argument('--scale', type=int, required=True)
+    parser.add_argument('--backbone', default='srcnn', help='as mcnet-sr --backbone (default srcnn)')
+    parser.add_argument('--backbone-weights', default=None, help='default: the shipped backbone, as mcnet-sr')
+    parser.add_argument('--datasets', nargs='+', default=['Set5', 'Set14'])
+    parser.add_argument('--data-root', default='datasets')
+    parser.add_argument('--tols', nargs='+', type=float, default=list(TOLS))
+    parser.add_argument('--limit', type=int, default=None, help='first N images per set (quick runs)')
+    parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
+    parser.add_argument('--out', default=None, help='write the per-image numbers and the summaries here (JSON)')
+    args = parser.parse_args(argv)
+    if any(not t > 0 for t in args.tols):
+        parser.error('--tols must be positive')
+    tols = sorted(set(args.tols), reverse=True)
+    device = torch.device(args.device)
+    eps_rms = None if args.backbone == 'srcnn' else default_eps_rms(args.backbone)
+    net = build_pretrained_mcnet(args.scale, device=device, backbone_path=args.backbone_weights, eps_rms=eps_rms,
+                                 solver={'preset': 'tables'}, backbone=args.backbone)
+    record = {'scale': args.scale, 'backbone': args.backbone, 'backbone_weights': args.backbone_weights or 'shipped',
+              'solver': net.forward_solver.to_dict(), 'device': args.device, 'sets': {}}
+    for dataset in args.datasets:
+        rows = {}
+        for name, hr_path, lr_path in tqdm(image_pairs(args.data_root, dataset, args.scale, args.limit),
+                                           desc=f'{dataset} x{args.scale}', file=sys.stderr):
+            hr_bgr = _read_bgr(hr_path)
+            lr = torch.from_numpy(_read_bgr(lr_path)[:, :, ::-1] / 255.0).permute(2, 0, 1)[None].float().to(device)
+            rows[name] = sweep_image(net, lr, hr_bgr, tols)
+        summary = summarise(rows, tols)
+        record['sets'][dataset] = {'images': rows, 'summary': summary}
+        print(f'{dataset} x{args.scale}: tables {summary["tables_psnr"]:.4f} dB in {summary["tables_iterations"]:.1f} '
+              'iterations')
+        for tol in tols:
+            s = summary[f'{tol:g}']
+            print(f'  tol {tol:g}: {s["iterations"]:.1f} iterations (max {s["iterations_max"]}), '
+                  f'dPSNR {s["dpsnr"]:+.4f}')
+    if args.out:
+        with open(args.out, 'w') as f:
+            json.dump(record, f, indent=1)
+    return record
+
+
+def _read_bgr(path):
+    img = cv2.imread(path, cv2.IMREAD_COLOR)
+    if img is None:
+        raise SystemExit(f'cannot read {path}')
+    return img
