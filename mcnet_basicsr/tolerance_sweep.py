@@ -4,12 +4,15 @@ One solve per image at the tables' setting (the ``tables`` preset: relative resi
 iterations), with every iterate kept. A solve at a looser tolerance returns the first iterate whose residual
 meets it (the solvers stop there), so one solve gives every tolerance: its iterations and its PSNR under the
 tables' protocol (the output's Y rounded to uint8, against the mod-cropped HR, crop = scale) of what the layer then
-returns: the map applied once more to that iterate, then the final float64 projection. Printed per set: mean iterations and mean PSNR difference to the tables'
-result per tolerance; ``--out`` writes every image's numbers as JSON.
+returns: the map applied once more to that iterate, then the final float64 projection. Printed per set: mean
+iterations and mean PSNR difference to the tables' result per tolerance; ``--out`` writes every image's numbers as
+JSON.
 
     python scripts/tolerance_sweep.py --scale 2                                     # Set5 and Set14, shipped SRCNN
-    python scripts/tolerance_sweep.py --scale 2 --backbone-weights experiments/pretrained_models/srcnn_955_imagenet_x2.pth
-    python scripts/tolerance_sweep.py --scale 4 --backbone imdn --backbone-weights experiments/pretrained_models/imdn_x4.pth
+    python scripts/tolerance_sweep.py --scale 2 \
+        --backbone-weights experiments/pretrained_models/srcnn_955_imagenet_x2.pth     # the tables' model
+    python scripts/tolerance_sweep.py --scale 4 --backbone imdn \
+        --backbone-weights experiments/pretrained_models/imdn_x4.pth
 
 (``scripts/tolerance_sweep.py`` runs :func:`main` of this module.)
 
@@ -18,16 +21,15 @@ This is how ``mcnet-sr``'s default ``--tol`` per layer is chosen (``mcnet_sr_cli
 ``datasets/<set>/LR_bicubic/X<s>``).
 """
 import argparse
-import glob
 import json
 import os.path as osp
 import sys
 
-import cv2
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from .benchmarking import load_pairs
 from .deq import solve
 from .metrics.y_uint8 import y_uint8_metrics
 from .pretrained import build_pretrained_mcnet, default_eps_rms
@@ -36,21 +38,14 @@ from .utils.color import luma
 TOLS = (1e-4, 5e-5, 3e-5, 2e-5, 1.5e-5, 1e-5, 7e-6, 5e-6, 3e-6, 2e-6)
 
 
-def image_pairs(data_root, dataset, scale, limit=None):
-    """(name, HR path, LR path) of a prepared set; a clear error when it is missing or unpaired."""
-    hr_dir = osp.join(data_root, dataset, f'HR_mod{scale}')
-    lr_dir = osp.join(data_root, dataset, 'LR_bicubic', f'X{scale}')
-    hrs = sorted(glob.glob(osp.join(hr_dir, '*.png')))
-    if not hrs:
-        raise SystemExit(f'no HR images in {hr_dir}: prepare the set first (scripts/prepare_datasets.py)')
-    pairs = []
-    for hr in hrs:
-        name = osp.splitext(osp.basename(hr))[0]
-        lr = sorted(glob.glob(osp.join(lr_dir, f'{name}*.png')))
-        if not lr:
-            raise SystemExit(f'no LR image for {hr} in {lr_dir}')
-        pairs.append((name, hr, lr[0]))
-    return pairs[:limit] if limit else pairs
+def prepared_pairs(data_root, dataset, scale, limit=None):
+    """``[(file, HR uint8 BGR, LR tensor)]`` of a prepared set (:func:`mcnet_basicsr.benchmarking.load_pairs`); a clear
+    error when the set is missing or unpaired."""
+    try:
+        pairs = load_pairs(data_root, None, dataset, scale, limit, quick=False)
+    except (FileNotFoundError, ValueError) as err:
+        raise SystemExit(f'{err} Prepare the set first (scripts/prepare_datasets.py).') from None
+    return [(f, np.round(hr * 255.0).astype(np.uint8), lr) for f, hr, lr in pairs]  # HR read as uint8 / 255
 
 
 @torch.no_grad()
@@ -60,17 +55,17 @@ def sweep_image(net, lr, hr_bgr, tols):
     w, _ = net.backbone_estimate(lr)
     b = luma(lr.double())
     f, z0, eps = net.fixed_point_problem(w, b.to(w.dtype))
-    iterates, residuals = [], []
+    iterates = []
 
     def recording(z):
         fz = f(z)
         iterates.append(fz[:, :w.shape[1]].clone())  # the layer returns F(z) at the iterate the solve stops on
-        residuals.append(float(torch.linalg.vector_norm(fz - z) / (torch.linalg.vector_norm(fz) + 1e-12)))
         return fz
 
-    recording.capturable = False  # the host reads every residual
+    recording.capturable = False  # a CUDA graph would replay the evaluations without recording them
     _, stats = solve(recording, z0, net.forward_solver)
     n = int(stats.iterations[0])
+    residuals = [float(r[0]) for r in stats.trace]  # the solver's own residual of every evaluation
     scale = net.scale
 
     def psnr(k):  # the layer's output when the solve stops at iterate k: F's x part, projected in float64
@@ -119,11 +114,9 @@ def main(argv=None):
               'solver': net.forward_solver.to_dict(), 'device': args.device, 'sets': {}}
     for dataset in args.datasets:
         rows = {}
-        for name, hr_path, lr_path in tqdm(image_pairs(args.data_root, dataset, args.scale, args.limit),
-                                           desc=f'{dataset} x{args.scale}', file=sys.stderr):
-            hr_bgr = _read_bgr(hr_path)
-            lr = torch.from_numpy(_read_bgr(lr_path)[:, :, ::-1] / 255.0).permute(2, 0, 1)[None].float().to(device)
-            rows[name] = sweep_image(net, lr, hr_bgr, tols)
+        for file, hr_bgr, lr in tqdm(prepared_pairs(args.data_root, dataset, args.scale, args.limit),
+                                     desc=f'{dataset} x{args.scale}', file=sys.stderr):
+            rows[osp.splitext(file)[0]] = sweep_image(net, lr.to(device), hr_bgr, tols)
         summary = summarise(rows, tols)
         record['sets'][dataset] = {'images': rows, 'summary': summary}
         print(f'{dataset} x{args.scale}: tables {summary["tables_psnr"]:.4f} dB in {summary["tables_iterations"]:.1f} '
@@ -136,10 +129,3 @@ def main(argv=None):
         with open(args.out, 'w') as f:
             json.dump(record, f, indent=1)
     return record
-
-
-def _read_bgr(path):
-    img = cv2.imread(path, cv2.IMREAD_COLOR)
-    if img is None:
-        raise SystemExit(f'cannot read {path}')
-    return img

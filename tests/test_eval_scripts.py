@@ -255,6 +255,7 @@ def test_tolerance_sweep_matches_real_solves(data_root, tmp_path):
     the layer solved at that tolerance (mcnet-sr's model), and the tables' row is the tables' own output."""
     from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
     from mcnet_basicsr.pretrained import build_pretrained_mcnet
+    from mcnet_basicsr.tolerance_sweep import prepared_pairs
     from mcnet_basicsr.utils.color import luma
     sweep = load_script('tolerance_sweep')
     out = tmp_path / 'sweep.json'
@@ -263,13 +264,14 @@ def test_tolerance_sweep_matches_real_solves(data_root, tmp_path):
     assert json.loads(out.read_text()) == json.loads(json.dumps(record))
     rows = record['sets']['Set5']['images']
     assert sorted(rows) == ['astronaut', 'coffee']
+    pairs = prepared_pairs(str(data_root), 'Set5', 2)
+    assert all(np.array_equal(hr, cv2.imread(str(data_root / 'Set5' / 'HR_mod2' / f))) for f, hr, _ in pairs)
     for name, row in rows.items():
         its = [row[t][0] for t in ('0.001', '0.0001', '1e-06')]
         assert its == sorted(its) and its[-1] == row['tables_iterations'] and its[0] < its[-1]
         assert row['1e-06'][1] == row['tables_psnr']
         hr = cv2.imread(str(data_root / 'Set5' / 'HR_mod2' / f'{name}.png'))
-        lr_bgr = cv2.imread(str(data_root / 'Set5' / 'LR_bicubic' / 'X2' / f'{name}.png'))
-        lr = torch.from_numpy(lr_bgr[:, :, ::-1] / 255.0).permute(2, 0, 1)[None].float()
+        lr = next(lr for f, _, lr in pairs if f == f'{name}.png')  # the sweep's input (BasicSR's float32 LR)
         for tol, key in ((1e-3, '0.001'), (1e-6, 'tables')):
             net = build_pretrained_mcnet(2, solver={'preset': 'tables', 'tol': tol})
             with torch.no_grad():
