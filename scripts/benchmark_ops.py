@@ -78,10 +78,10 @@ def bench(op_type, shape, scale, device, dtype, repeats, with_basicsr):
     x = torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
     b = op(torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype))
     eps = eps_from_rms(QUANTIZATION_EPS_RMS, b[0].numel())
-    # a new size's set-up on fresh operators (eps > 0 needs other factors), median of several: one call is noisy
-    row = {key: statistics.median(first_call_ms(lambda: build_operator({'type': op_type, 'scale': scale}).project(
-        x, b, e), device) for _ in range(max(1, min(repeats, 5)))) for key, e in (('first_project', 0.0),
-                                                                              ('first_project_eps', eps))}
+    def first_project_ms(e):  # a new size's set-up on fresh operators, median of several: one call is noisy
+        fresh = lambda: build_operator({'type': op_type, 'scale': scale}).project(x, b, e)  # noqa: E731
+        return statistics.median(first_call_ms(fresh, device) for _ in range(max(1, min(repeats, 5))))
+    row = {'first_project': first_project_ms(0.0), 'first_project_eps': first_project_ms(eps)}
     row['forward'] = timeit(lambda: op(x), device, repeats)
     row['adjoint'] = timeit(lambda: op.adjoint(b), device, repeats)
     row['project0'] = timeit(lambda: op.project(x, b, 0.0), device, repeats)
@@ -107,9 +107,10 @@ def machine_note(devices):
 
 def process_first_calls(devices, dtype):
     """The first eps = 0 and eps > 0 projections of the process on each device (one-off library loading)."""
-    x, b = (torch.rand(1, 1, n, n, dtype=dtype) for n in (64, 32))
-    return ', '.join(f'{d.type} ' + ' / '.join(fmt(first_call_ms(lambda: build_operator({'type': 'bicubic', 'scale': 2})
-                     .project(x.to(d), b.to(d), eps), d)) for eps in (0.0, 1e-3)) for d in devices)
+    def ms(device, eps):
+        x, b = (torch.rand(1, 1, n, n, dtype=dtype, device=device) for n in (64, 32))
+        return fmt(first_call_ms(lambda: build_operator({'type': 'bicubic', 'scale': 2}).project(x, b, eps), device))
+    return ', '.join(f'{d.type} {ms(d, 0.0)} / {ms(d, 1e-3)}' for d in devices)
 
 
 def main():

@@ -131,8 +131,12 @@ _CAPTURE_RESOURCES = {}  # CUDA device index -> _CaptureResources
 _CAPTURE_STREAMS = {}  # CUDA device index -> side stream, kept when the pool is released (its workspace stays)
 
 
+def _cuda_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def _capture_resources(device: torch.device) -> _CaptureResources:
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _cuda_index(device)
     res = _CAPTURE_RESOURCES.get(index)
     if res is None:
         stream = _CAPTURE_STREAMS.get(index)
@@ -156,7 +160,7 @@ def release_cuda_graph_memory(device: Optional[torch.device] = None) -> None:
         return
     device = torch.device(device)
     if device.type == 'cuda':
-        _CAPTURE_RESOURCES.pop(device.index if device.index is not None else torch.cuda.current_device(), None)
+        _CAPTURE_RESOURCES.pop(_cuda_index(device), None)
 
 
 def _capture(fn, res: _CaptureResources):
