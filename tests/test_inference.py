@@ -267,7 +267,7 @@ def test_cpu_model_runs_the_denoiser_channels_last():
     lr = torch.from_numpy(photo('chelsea', 40, 48)[:, :, ::-1] / 255.0).permute(2, 0, 1)[None].contiguous()
     fast, ref = super_resolve(model, lr), super_resolve(reference, lr)
     assert int(fast['stats'].iterations[0]) == int(ref['stats'].iterations[0])
-    assert (fast['sr'] - ref['sr']).abs().max() <= 5e-5  # float32 rounding, carried through the solve (1.1e-5 seen)
+    assert (fast['sr'] - ref['sr']).abs().max() <= 2e-5  # float32 rounding, carried through the solve (1.1e-5 seen)
     assert not any(m.weight.is_contiguous(memory_format=torch.channels_last) and not m.weight.is_contiguous()
                    for m in reference.denoiser.sn_convs())
 
