@@ -24,16 +24,17 @@ import argparse
 import json
 import os.path as osp
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from .benchmarking import load_pairs
-from .deq import solve
 from .metrics.y_uint8 import y_uint8_metrics
 from .pretrained import build_pretrained_mcnet, default_eps_rms
 from .utils.color import luma
+from .utils.profiling import device_name
 
 TOLS = (1e-4, 5e-5, 3e-5, 2e-5, 1.5e-5, 1e-5, 7e-6, 5e-6, 3e-6, 2e-6)
 
@@ -48,34 +49,59 @@ def prepared_pairs(data_root, dataset, scale, limit=None):
     return [(f, np.round(hr * 255.0).astype(np.uint8), lr) for f, hr, lr in pairs]  # HR read as uint8 / 255
 
 
+@contextmanager
+def recording_map(net, images):
+    """While the block runs, every evaluation of ``net``'s fixed-point map appends the image part of ``F(z)`` to
+    ``images`` (``net.fixed_point_map`` is restored afterwards; the pattern of
+    :func:`mcnet_basicsr.utils.progress.solver_progress`)."""
+    inner = net.fixed_point_map
+
+    def recording_fixed_point_map(w, *args, **kwargs):
+        f = inner(w, *args, **kwargs)
+
+        def recorded(z):
+            fz = f(z)
+            images.append(fz[:, :w.shape[1]].clone())
+            return fz
+
+        recorded.capturable = False  # a CUDA graph would replay the evaluations without recording them
+        return recorded
+
+    net.fixed_point_map = recording_fixed_point_map
+    try:
+        yield
+    finally:
+        del net.fixed_point_map
+
+
 @torch.no_grad()
 def sweep_image(net, lr, hr_bgr, tols):
     """The tables' solve of one image with every iterate kept; returns the tables' iterations and PSNR and, per
-    tolerance, ``[iterations, psnr]`` of the iterate a solve at that tolerance returns."""
+    tolerance, ``[iterations, psnr]`` of the output a solve at that tolerance returns.
+
+    The solve is the layer's own (:meth:`MCNetArch.solve`, under its TF32 setting); a solve stopped at iterate
+    ``z_k`` would return ``F(z_k)``'s image part through :meth:`MCNetArch.consistent_output`, scored here for every k.
+    """
     w, _ = net.backbone_estimate(lr)
     b = luma(lr.double())
-    f, z0, eps = net.fixed_point_problem(w, b.to(w.dtype))
-    iterates = []
-
-    def recording(z):
-        fz = f(z)
-        iterates.append(fz[:, :w.shape[1]].clone())  # the layer returns F(z) at the iterate the solve stops on
-        return fz
-
-    recording.capturable = False  # a CUDA graph would replay the evaluations without recording them
-    _, stats = solve(recording, z0, net.forward_solver)
+    images = []
+    with recording_map(net, images):
+        out = net.solve(w, b)
+    stats, eps = net.last_stats['forward'], net.last_stats['eps']
     n = int(stats.iterations[0])
     residuals = [float(r[0]) for r in stats.trace]  # the solver's own residual of every evaluation
     scale = net.scale
 
-    def psnr(k):  # the layer's output when the solve stops at iterate k: F's x part, projected in float64
-        y = net.operator.project(iterates[k].double(), b, eps)
-        return y_uint8_metrics(y, hr_bgr, scale)[0]
+    def psnr(x):
+        return y_uint8_metrics(x, hr_bgr, scale)[0]
 
-    row = {'tables_iterations': n, 'tables_psnr': psnr(n - 1)}
+    row = {'tables_iterations': n, 'tables_psnr': psnr(out)}
     for tol in tols:
-        k = next((i for i, r in enumerate(residuals[:n]) if r <= tol), n - 1)
-        row[f'{tol:g}'] = [k + 1, psnr(k)]
+        k = next((i for i, r in enumerate(residuals[:n]) if r <= tol), None)
+        if k is None:  # never met within the tables' solve: a solve at tol runs as long and returns the same
+            row[f'{tol:g}'] = [n, row['tables_psnr']]
+        else:
+            row[f'{tol:g}'] = [k + 1, psnr(net.consistent_output(images[k], b, eps))]
     return row
 
 
@@ -111,7 +137,8 @@ def main(argv=None):
     net = build_pretrained_mcnet(args.scale, device=device, backbone_path=args.backbone_weights, eps_rms=eps_rms,
                                  solver={'preset': 'tables'}, backbone=args.backbone)
     record = {'scale': args.scale, 'backbone': args.backbone, 'backbone_weights': args.backbone_weights or 'shipped',
-              'solver': net.forward_solver.to_dict(), 'device': args.device, 'sets': {}}
+              'solver': net.forward_solver.to_dict(), 'device': device_name(device), 'torch': torch.__version__,
+              'sets': {}}
     for dataset in args.datasets:
         rows = {}
         for file, hr_bgr, lr in tqdm(prepared_pairs(args.data_root, dataset, args.scale, args.limit),

@@ -9,6 +9,7 @@ import copy
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 
+import numpy as np
 import pytest
 import torch
 from basicsr.archs import build_network
@@ -224,10 +225,11 @@ def test_backbone_is_frozen_and_hidden(backbone_ckpt, rgb_batch):
 
 @pytest.mark.parametrize('allow', [False, True])
 def test_every_entry_point_runs_under_the_arch_tf32_setting(backbone_ckpt, rgb_batch, monkeypatch, allow):
-    """forward, and the pieces mcnet-sr composes itself (backbone_estimate, solve), set the TF32 flags to
-    allow_tf32 for their own work and restore the process's afterwards. PyTorch's default enables TF32 for
-    cuDNN convolutions, which keeps the solve from reaching a tight tolerance on a GPU."""
+    """forward, and the pieces mcnet-sr and the tolerance sweep compose themselves (backbone_estimate, solve), set
+    the TF32 flags to allow_tf32 for their own work and restore the process's afterwards. PyTorch's default enables
+    TF32 for cuDNN convolutions, which keeps the solve from reaching a tight tolerance on a GPU."""
     from mcnet_basicsr.inference import super_resolve
+    from mcnet_basicsr.tolerance_sweep import sweep_image
     _, lr = rgb_batch
     net = make_net(backbone_ckpt, allow_tf32=allow, solver={'forward': {'tol': 1e-3, 'max_iter': 5}}).eval()
     process = not allow
@@ -240,6 +242,8 @@ def test_every_entry_point_runs_under_the_arch_tf32_setting(backbone_ckpt, rgb_b
     with torch.no_grad():
         net(lr[:1])
         super_resolve(net, lr[:1].double())
+        hr_bgr = np.zeros((lr.shape[-2] * net.scale, lr.shape[-1] * net.scale, 3), np.uint8)
+        sweep_image(net, lr[:1], hr_bgr, (1e-2,))
     assert {n for n, *_ in seen} == {'backbone', 'denoiser'}
     assert all(c == allow and m == allow for _, c, m in seen), seen
     assert torch.backends.cudnn.allow_tf32 == process and torch.backends.cuda.matmul.allow_tf32 == process

@@ -366,14 +366,18 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         self.last_stats = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
         if torch.is_grad_enabled():
             self.last_fixed_point = (self.fixed_point_map(w, b, eps, tile, grad_order=2), z.detach())
-        x = z[:, :w.shape[1]]
-        if x.dtype != torch.float64:
-            # F already ended with P_S, but float32 rounding of that projection leaves ||Ax - b|| at
-            # ~1e-4 on a 256x256 LR image; projecting once more in float64 brings it to rounding of
-            # the output itself (~1e-6). x is in S already, so this changes neither value nor gradient
-            # beyond rounding.
-            x = self.operator.project(x.double(), b_exact.double(), eps).to(x.dtype)
-        return x
+        return self.consistent_output(z[:, :w.shape[1]], b_exact, eps)
+
+    def consistent_output(self, x, b, eps):
+        """The layer's output from the image part ``x`` of ``F(z)``: ``x`` projected once more in float64.
+
+        F already ended with P_S, but float32 rounding of that projection leaves ``||Ax - b||`` at ~1e-4 on a
+        256x256 LR image; projecting once more in float64 (with ``b`` at full precision) brings it to rounding of
+        the output itself (~1e-6). ``x`` is in S already, so this changes neither value nor gradient beyond rounding.
+        """
+        if x.dtype == torch.float64:
+            return x
+        return self.operator.project(x.double(), b.double(), eps).to(x.dtype)
 
     def forward(self, lr):
         if lr.dim() != 4 or lr.shape[1] not in (1, 3):
