@@ -19,10 +19,11 @@ FAST_MAX_ITER = 100
 FAST_TOL = 1e-4
 # The CLI's default tolerance per shipped layer: the loosest that keeps Set5 and Set14 within 0.01 dB of the tables'
 # setting, on the model mcnet-sr runs (docs/benchmarks.md, "Quality of mcnet-sr's default"). The SRCNN layers (small
-# beta) converge slowly and stop 0.08-0.2 dB short at FAST_TOL; at x2 on our SRCNN (mcnet-sr's backbone; the tables'
-# is the official one) 2e-5 and 1e-5 stop 0.028 and 0.010 dB short on Set5. The compact RCAN x3 layer stops 0.012 dB
-# short at FAST_TOL; every other layer is within 0.01 dB there.
-DEFAULT_TOL = {('srcnn', 2): 7e-6, ('srcnn', 3): 1e-5, ('srcnn', 4): 2e-5, ('rcan_compact', 3): 5e-5}
+# beta) converge slowly and stop 0.1-0.2 dB short at FAST_TOL; on our SRCNN (mcnet-sr's backbone; the tables' is the
+# official one) x2 at 2e-5 / 1e-5 stops 0.027 / 0.010 dB short on Set5, and x4 at 2e-5 0.0097 dB short on Set14, too
+# close to the bound to hold on every machine. The compact RCAN x3 layer stops 0.012 dB short at FAST_TOL; every other
+# layer is within 0.01 dB there.
+DEFAULT_TOL = {('srcnn', 2): 7e-6, ('srcnn', 3): 1e-5, ('srcnn', 4): 1.5e-5, ('rcan_compact', 3): 5e-5}
 
 
 def default_tol(backbone, scale):
