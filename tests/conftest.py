@@ -3,6 +3,7 @@
 The torchvision alias basicsr 1.4.2 needs is installed by the same start-up hook the package
 uses, so a test may import basicsr before (or without) importing mcnet_basicsr.
 """
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,13 @@ if str(REPO_ROOT) not in sys.path:
 import mcnet_basicsr_hook  # noqa: E402
 
 mcnet_basicsr_hook.install_torchvision_alias()
+
+
+def repo_env(**extra):
+    """``os.environ`` for a subprocess that runs this checkout: the repository first on PYTHONPATH and whatever the
+    caller's PYTHONPATH holds after it (basicsr may be installed only there), plus ``extra``."""
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get('PYTHONPATH')]))
+    return dict(os.environ, PYTHONPATH=path, **extra)
 
 
 def load_script(name):

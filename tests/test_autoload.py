@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT, make_venv
+from conftest import REPO_ROOT, make_venv, repo_env
 
 pytestmark = pytest.mark.slow  # every test starts interpreters (and one a venv)
 
@@ -19,7 +19,7 @@ def _autoload(python, *args, flags=(), env=None):
 
 def test_user_install_refused_where_user_site_is_off(tmp_path):
     """Under ``python -s`` (as in a venv without system site-packages) a --user hook would never load."""
-    env = dict(os.environ, PYTHONUSERBASE=str(tmp_path / 'userbase'), PYTHONPATH=str(REPO_ROOT))
+    env = repo_env(PYTHONUSERBASE=str(tmp_path / 'userbase'))
     proc = _autoload(sys.executable, 'install', '--user', flags=('-s', ), env=env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert 'user site-packages are disabled' in proc.stderr and 'without --user' in proc.stderr
@@ -28,7 +28,7 @@ def test_user_install_refused_where_user_site_is_off(tmp_path):
 
 def test_status_in_a_venv_follows_install_and_uninstall(tmp_path):
     python = make_venv(tmp_path / 'venv')
-    env = dict(os.environ, PYTHONUSERBASE=str(tmp_path / 'userbase'), PYTHONPATH=str(REPO_ROOT))
+    env = repo_env(PYTHONUSERBASE=str(tmp_path / 'userbase'))
     env.pop('PYTHONNOUSERSITE', None)
     proc = _autoload(python, 'status', env=env)
     assert proc.returncode == 1 and proc.stdout.startswith('not active: no ' + PTH), proc.stdout + proc.stderr

@@ -2,13 +2,12 @@
 
 Each check runs a fresh interpreter, so what is in ``sys.modules`` is what the command line itself imported.
 """
-import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, repo_env
 
 HEAVY = ('torch', 'basicsr', 'cv2', 'skimage', 'mcnet_basicsr')
 
@@ -25,8 +24,7 @@ sys.exit(code)
 
 
 def run_cli(*argv):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO_ROOT)] + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])))
+    env = repo_env()
     proc = subprocess.run([sys.executable, '-c', PROBE, *argv], env=env, capture_output=True, text=True, timeout=60)
     lines = proc.stderr.strip().splitlines()
     assert lines and lines[-1].startswith('heavy:'), proc.stderr

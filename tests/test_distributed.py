@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, repo_env
 from test_pipeline import dump_option, newest_log, tiny_train_option, workspace  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow  # multi-process training runs
@@ -193,7 +193,7 @@ def test_ddp_gradient_with_jacobian_penalty(tmp_path, options):
 
 
 def _torchrun(ws, opt_path, *extra):
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO_ROOT))
+    env = repo_env(OMP_NUM_THREADS='1')
     return subprocess.Popen([*TORCHRUN, '--standalone', f'--nproc_per_node={WORLD}', _launcher(ws), '-opt', opt_path,
                              '--launcher', 'pytorch', *extra], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -327,7 +327,7 @@ def test_slurm_launcher_emulated_srun(workspace, tmp_path):  # noqa: F811
     scontrol.chmod(0o755)
     procs = []
     for rank in range(WORLD):
-        env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO_ROOT), PATH=f'{bin_dir}:{os.environ["PATH"]}',
+        env = repo_env(OMP_NUM_THREADS='1', PATH=f'{bin_dir}:{os.environ["PATH"]}',
                    SLURM_PROCID=str(rank), SLURM_NTASKS=str(WORLD), SLURM_NODELIST='node[01]', SLURM_LOCALID=str(rank))
         env.pop('MASTER_PORT', None)
         env.pop('MASTER_ADDR', None)

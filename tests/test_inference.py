@@ -5,7 +5,6 @@ first spectral-norm estimate is paid once per distinct model), except one subpro
 ``python -m mcnet_basicsr.inference``. Solvers are loose (``--tol 1e-3``) unless a test needs more.
 """
 import csv
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 import torch
 from basicsr.metrics import calculate_psnr
 
-from conftest import REPO_ROOT, sample_photo
+from conftest import repo_env, sample_photo
 from mcnet_basicsr.inference import get_model, main, super_resolve
 from mcnet_basicsr.ops import imresize
 from mcnet_basicsr.pretrained import weight_path
@@ -300,8 +299,7 @@ def test_compare_figure_with_and_without_gt(tmp_path):
 def test_python_dash_m_runs(tmp_path):
     img = write(tmp_path / 'in' / 'a.png', photo('chelsea', 24, 28))
     out = tmp_path / 'out'
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join(
-        [str(REPO_ROOT)] + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])))
+    env = repo_env(OMP_NUM_THREADS='1')
     proc = subprocess.run([sys.executable, '-m', 'mcnet_basicsr.inference', str(img), '-o', str(out), '--scale', '2',
                            '--threads', '1', *FAST], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO_ROOT, SHARED, make_venv, sample_photo
+from conftest import REPO_ROOT, SHARED, make_venv, repo_env, sample_photo
 
 pytestmark = pytest.mark.slow  # BasicSR training/testing runs, several in subprocesses
 
@@ -179,7 +179,7 @@ def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
     (checkout / 'basicsr').mkdir(parents=True)
     for script in ('train.py', 'test.py'):
         shutil.copy(Path(basicsr.__file__).parent / script, checkout / 'basicsr' / script)
-    env = dict(os.environ, PYTHONUSERBASE=str(tmp_path / 'userbase'), PYTHONPATH=str(REPO_ROOT))
+    env = repo_env(PYTHONUSERBASE=str(tmp_path / 'userbase'))
     opt_path = dump_option(tiny_train_option(ws, total_iter=2, name='e2e_basicsr_script'), tmp_path / 'train.yml')
 
     # without the hook, BasicSR 1.4.2 does not even import on this torchvision (nor know our types)

@@ -1,19 +1,17 @@
 """``mcnet-sr`` starts without basicsr, while ``import mcnet_basicsr`` still fills BasicSR's registries for everybody
 else; the colour conversion that replaced basicsr's on that path gives the same bits."""
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import REPO_ROOT, repo_env
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ('basicsr', 'torchvision', 'skimage', 'scipy.stats')
 
 
 def _python(code, tmp_path=None):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get('PYTHONPATH')])))
+    env = repo_env()
     proc = subprocess.run([sys.executable, '-c', code], cwd=tmp_path or REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
@@ -83,7 +81,7 @@ def test_console_main_exits_with_the_status(tmp_path):
     proc = subprocess.run([sys.executable, '-c', 'import mcnet_sr_cli; mcnet_sr_cli.console_main()',
                            str(tmp_path / 'missing.png'), '-o', str(tmp_path / 'out'), '--scale', '2', '--device',
                            'cpu'], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+                          env=repo_env())
     assert proc.returncode == 1 and 'no such file or folder' in proc.stderr
     assert '0 of 1 image(s) done' in proc.stdout  # flushed before os._exit
     assert (tmp_path / 'out' / 'summary.csv').is_file()
