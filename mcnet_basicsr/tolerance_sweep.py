@@ -24,7 +24,6 @@ import argparse
 import json
 import os.path as osp
 import sys
-from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -35,6 +34,7 @@ from .metrics.y_uint8 import y_uint8_metrics
 from .pretrained import build_pretrained_mcnet, default_eps_rms
 from .utils.color import luma
 from .utils.profiling import device_name
+from .utils.progress import observed_fixed_point_map
 
 TOLS = (1e-4, 5e-5, 3e-5, 2e-5, 1.5e-5, 1e-5, 7e-6, 5e-6, 3e-6, 2e-6)
 
@@ -49,31 +49,6 @@ def prepared_pairs(data_root, dataset, scale, limit=None):
     return [(f, np.round(hr * 255.0).astype(np.uint8), lr) for f, hr, lr in pairs]  # HR read as uint8 / 255
 
 
-@contextmanager
-def recording_map(net, images):
-    """While the block runs, every evaluation of ``net``'s fixed-point map appends the image part of ``F(z)`` to
-    ``images`` (``net.fixed_point_map`` is restored afterwards; the pattern of
-    :func:`mcnet_basicsr.utils.progress.solver_progress`)."""
-    inner = net.fixed_point_map
-
-    def recording_fixed_point_map(w, *args, **kwargs):
-        f = inner(w, *args, **kwargs)
-
-        def recorded(z):
-            fz = f(z)
-            images.append(fz[:, :w.shape[1]].clone())
-            return fz
-
-        recorded.capturable = False  # a CUDA graph would replay the evaluations without recording them
-        return recorded
-
-    net.fixed_point_map = recording_fixed_point_map
-    try:
-        yield
-    finally:
-        del net.fixed_point_map
-
-
 @torch.no_grad()
 def sweep_image(net, lr, hr_bgr, tols):
     """The tables' solve of one image with every iterate kept; returns the tables' iterations and PSNR and, per
@@ -84,8 +59,8 @@ def sweep_image(net, lr, hr_bgr, tols):
     """
     w, _ = net.backbone_estimate(lr)
     b = luma(lr.double())
-    images = []
-    with recording_map(net, images):
+    images = []  # the image part of F(z_k) for every iterate z_k
+    with observed_fixed_point_map(net, lambda z, fz: images.append(fz[:, :w.shape[1]].clone())):
         out = net.solve(w, b)
     stats, eps = net.last_stats['forward'], net.last_stats['eps']
     n = int(stats.iterations[0])

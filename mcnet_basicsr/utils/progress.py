@@ -1,4 +1,5 @@
-"""Progress of an implicit layer's solve, for long CPU runs that would otherwise print nothing for minutes."""
+"""Watching an implicit layer's solve: a hook on every evaluation of its fixed-point map, and the progress bar built
+on it for long CPU runs that would otherwise print nothing for minutes."""
 import math
 import sys
 from contextlib import contextmanager
@@ -26,30 +27,46 @@ def solver_progress(model, max_iter, desc, enabled=True, tol=None):
         yield
         return
     bar = tqdm(total=max_iter, desc=desc, unit='it', leave=False, disable=None, file=sys.stderr)
-    inner = model.fixed_point_map
     residuals = []
 
-    def counting_map(*args, **kwargs):
+    def tick(z, fz):
+        bar.update(1)
+        if tol is not None:
+            residuals.append(float((fz - z).norm() / (fz.norm() + 1e-30)))
+            bar.total = min(max_iter, bar.n + _iterations_left(residuals, tol))
+            bar.refresh()
+
+    try:
+        with observed_fixed_point_map(model, tick):
+            yield
+    finally:
+        bar.close()
+
+
+@contextmanager
+def observed_fixed_point_map(model, observe):
+    """While the block runs, ``observe(z, fz)`` is called after every evaluation ``fz = F(z)`` of each fixed-point map
+    that ``model.fixed_point_map(...)`` builds; ``model.fixed_point_map`` is restored afterwards. The observed map is
+    never captured into a CUDA graph: a replay would skip ``observe``.
+    """
+    inner = model.fixed_point_map
+
+    def observed_map(*args, **kwargs):
         f = inner(*args, **kwargs)
 
-        def counted(z):
+        def observed(z):
             fz = f(z)
-            bar.update(1)
-            if tol is not None:
-                residuals.append(float((fz - z).norm() / (fz.norm() + 1e-30)))
-                bar.total = min(max_iter, bar.n + _iterations_left(residuals, tol))
-                bar.refresh()
+            observe(z, fz)
             return fz
 
-        counted.capturable = False  # a Python side effect: never captured into a CUDA graph
-        return counted
+        observed.capturable = False
+        return observed
 
-    model.fixed_point_map = counting_map
+    model.fixed_point_map = observed_map
     try:
         yield
     finally:
         del model.fixed_point_map
-        bar.close()
 
 
 def _iterations_left(residuals, tol):
