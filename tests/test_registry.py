@@ -113,6 +113,28 @@ def model_opt(ckpt, pretrain=None, models_dir=None):
     }
 
 
+@pytest.mark.parametrize('allow', [False, True])
+def test_protocol_model_runs_the_network_in_float32_unless_it_allows_tf32(monkeypatch, allow):
+    """A backbone's row of the tables runs as the backbone inside an MCNet layer does: TF32 off (PyTorch's default turns
+    it on for cuDNN convolutions) unless the network sets allow_tf32; the process's flags are restored afterwards."""
+    model = build_model({'model_type': 'ProtocolSRModel', 'name': 'tf32_test', 'is_train': False, 'num_gpu': 0,
+                         'dist': False, 'scale': 2, 'network_g': {'type': 'SRCNN', 'scale': 2},
+                         'path': {'pretrain_network_g': None}})
+    if allow:
+        model.net_g.allow_tf32 = True
+    process = not allow
+    monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', process)
+    monkeypatch.setattr(torch.backends.cuda.matmul, 'allow_tf32', process)
+    seen = []
+    model.net_g.register_forward_pre_hook(
+        lambda m, a: seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)))
+    model.feed_data({'lq': photo(12)})
+    model.test()
+    assert seen == [(allow, allow)]
+    assert model.output.shape == (1, 3, 24, 24)
+    assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == (process, process)
+
+
 def test_build_model_and_checkpoint_round_trip(srcnn_ckpt, tmp_path):
     lq = photo(12)
     torch.manual_seed(20)

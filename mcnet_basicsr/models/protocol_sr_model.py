@@ -7,6 +7,7 @@ from basicsr.utils.registry import MODEL_REGISTRY
 
 from mcnet_basicsr.metrics import image_metrics
 from mcnet_basicsr.ops import build_operator
+from mcnet_basicsr.utils.precision import tf32
 
 
 @MODEL_REGISTRY.register()
@@ -23,6 +24,11 @@ class ProtocolSRModel(SRModel):
     Validation logs ``psnr_y_uint8`` / ``ssim_y_uint8`` and ``fidelity_float`` (mean and max) per set and keeps the
     per-image dicts in ``image_results[set name]`` (dataloader order): the records of ``scripts/evaluate.py`` and
     the tables are made from them. Distributed: validation (rank 0 only in BasicSR) calls the bare network.
+
+    The network runs in float32 on a GPU: TF32 off for cuDNN convolutions and CUDA matmuls (PyTorch's default turns
+    it on for convolutions) unless the network sets ``allow_tf32``, so that a backbone's row of a table and the same
+    backbone inside an MCNet layer (which scopes TF32 to its own ``allow_tf32``, off by default) compute the same
+    estimate.
     """
 
     def measurement_operator(self, net):
@@ -38,7 +44,8 @@ class ProtocolSRModel(SRModel):
         try:
             self._synchronize()
             start = time.perf_counter()
-            super().test()
+            with tf32(getattr(self.net_g, 'allow_tf32', False)):
+                super().test()
             self._synchronize()
             seconds = time.perf_counter() - start
         finally:
