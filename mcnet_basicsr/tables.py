@@ -84,7 +84,7 @@ def _cells(records, key, fmt):
 
 
 def acceptance(records):
-    """The per-cell checks of the tables issue on what was measured: lines of text, one per check."""
+    """The per-cell checks of the measured rows against the targets and the literature: lines of text, one per check."""
     by = {key_of(r): r for r in records}
     lines = []
     for (m, b, w, d, s), r in sorted(by.items()):
@@ -187,7 +187,7 @@ def markdown(records, skipped, quick=False):
            'RDN/RCAN trained by this project on T91 + BSD200 (`options/train_{rdn,rcan}_compact_x*.yml`); the '
            'official-size RDN/RCAN rows need weights that cannot be downloaded here and are skipped.\n'
            'The paper\'s own table is not typed in (no reliable copy is available offline); the row below the '
-           'table gives the paper-derived targets of the training issue instead.\n')
+           'table gives the paper-derived targets of the MCNet + SRCNN rows instead.\n')
     if overrides:
         md += f'Option overrides: `{"`, `".join(overrides)}`.\n'
     md += '\n## Table 2: PSNR (dB) / SSIM on Y\n\n' + table(both, target_rows)

@@ -36,7 +36,7 @@ RYU = ('weights', 'dncnn_provable_pnp', 'DnCNN_noise15.pth')
 # 33.66 / 30.39 / 28.42; BasicSR's validation rounds RGB first and gives 0.005-0.03 dB more. The test checks both
 # on the same outputs.
 SET5_BICUBIC = {2: 33.68, 3: 30.40, 4: 28.43}  # DESIGN.md's figures
-SET5_BICUBIC_Y_UINT8 = {2: 33.66, 3: 30.39, 4: 28.42}  # the tables issue's literature figures
+SET5_BICUBIC_Y_UINT8 = {2: 33.66, 3: 30.39, 4: 28.42}  # the literature's figures
 
 
 @pytest.fixture(autouse=True, scope='module')
@@ -127,8 +127,8 @@ def test_bicubic_set5_psnr(set5_root, scale):
     opt = _option(f'options/test_bicubic_x{scale}.yml', set5_root)
     (rec, ) = evaluate_option(opt, torch.device('cpu'))
     assert (rec['method'], rec['backbone'], rec['images'], rec['iterations']) == ('bicubic', 'none', 5, None)
-    # evaluate's protocol (the output's Y rounded to uint8, BasicSR's float Y of the uint8 HR): within the tables
-    # issue's +-0.02 of the literature (33.670 / 30.398 / 28.426) and within 0.015 of DESIGN.md's figures
+    # evaluate's protocol (the output's Y rounded to uint8, BasicSR's float Y of the uint8 HR): within
+    # +-0.02 dB of the literature (33.670 / 30.398 / 28.426) and within 0.015 of DESIGN.md's figures
     assert rec['psnr'] == pytest.approx(SET5_BICUBIC_Y_UINT8[scale], abs=0.02)
     assert rec['psnr'] == pytest.approx(SET5_BICUBIC[scale], abs=0.015)
     # BasicSR's own validation rounds RGB instead: a little less noise in Y, a little higher

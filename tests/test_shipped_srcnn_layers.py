@@ -96,7 +96,7 @@ def test_shipped_srcnn_layer_on_butterfly(one_image_set5, scale):
 
 
 # Set5 (all five images) through evaluate.py: its protocol (the output's Y rounded to uint8), which is the one the
-# literature's 36.66 / 32.75 / 30.48 and DESIGN.md's 36.66 / 32.75 / 30.49 use: within the training issue's +-0.02 of
+# literature's 36.66 / 32.75 / 30.48 and DESIGN.md's 36.66 / 32.75 / 30.49 use: within +-0.02 dB of
 # the former at every scale; and BasicSR's RGB-uint8 validation metric (regression values)
 SRCNN_SET5_RGB_UINT8 = {2: 36.688, 3: 32.765, 4: 30.499}
 SRCNN_SET5_LITERATURE = {2: 36.66, 3: 32.75, 4: 30.48}
