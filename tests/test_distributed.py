@@ -327,8 +327,8 @@ def test_slurm_launcher_emulated_srun(workspace, tmp_path):  # noqa: F811
     scontrol.chmod(0o755)
     procs = []
     for rank in range(WORLD):
-        env = repo_env(OMP_NUM_THREADS='1', PATH=f'{bin_dir}:{os.environ["PATH"]}',
-                   SLURM_PROCID=str(rank), SLURM_NTASKS=str(WORLD), SLURM_NODELIST='node[01]', SLURM_LOCALID=str(rank))
+        env = repo_env(OMP_NUM_THREADS='1', PATH=f'{bin_dir}:{os.environ["PATH"]}', SLURM_PROCID=str(rank),
+                       SLURM_NTASKS=str(WORLD), SLURM_NODELIST='node[01]', SLURM_LOCALID=str(rank))
         env.pop('MASTER_PORT', None)
         env.pop('MASTER_ADDR', None)
         procs.append(subprocess.Popen([sys.executable, _launcher(ws), '-opt', opt_path, '--launcher', 'slurm'],

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 import torch
+
 from conftest import REPO_ROOT, repo_env
 
 HEAVY = ('basicsr', 'torchvision', 'skimage', 'scipy.stats')
