@@ -192,8 +192,13 @@ def test_ddp_gradient_with_jacobian_penalty(tmp_path, options):
     assert any(float((expected[n] - plain[n]).norm() / plain[n].norm()) > 1e-2 for n in plain)  # the penalty counts
 
 
+# The launcher tests run the CPU path (gloo) on every host: with a GPU visible, two processes would ask nccl for
+# one GPU each, which a one-GPU machine refuses (pipeline.check_processes_per_gpu).
+CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}
+
+
 def _torchrun(ws, opt_path, *extra):
-    env = repo_env(OMP_NUM_THREADS='1')
+    env = repo_env(OMP_NUM_THREADS='1', **CPU_ONLY)
     return subprocess.Popen([*TORCHRUN, '--standalone', f'--nproc_per_node={WORLD}', _launcher(ws), '-opt', opt_path,
                              '--launcher', 'pytorch', *extra], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -240,6 +245,29 @@ def _ddp_option(ws, total_iter, name):
     opt = tiny_train_option(ws, total_iter, name=name)
     opt['datasets']['train']['batch_size_per_gpu'] = 1  # total batch 2 over 2 ranks
     return opt
+
+
+def test_more_torchrun_processes_than_gpus_are_refused_before_nccl(monkeypatch):
+    from basicsr.utils import dist_util
+
+    from mcnet_basicsr.utils import pipeline
+
+    def basicsr_init_dist(*args, **kwargs):
+        raise AssertionError('reached nccl')
+
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
+    monkeypatch.setattr(dist_util, 'init_dist', basicsr_init_dist)
+    monkeypatch.setenv('LOCAL_WORLD_SIZE', '2')
+    with pytest.raises(ValueError, match=r'started 2 processes on this machine, which has 1 GPU\(s\).*'
+                                         r'--nproc_per_node=1.*CUDA_VISIBLE_DEVICES='):
+        pipeline.init_dist('pytorch')
+    monkeypatch.setenv('LOCAL_WORLD_SIZE', '1')  # one process per GPU goes on to BasicSR's set-up
+    with pytest.raises(AssertionError, match='reached nccl'):
+        pipeline.init_dist('pytorch')
+    monkeypatch.setenv('LOCAL_WORLD_SIZE', '2')  # slurm binds its tasks itself
+    with pytest.raises(AssertionError, match='reached nccl'):
+        pipeline.init_dist('slurm')
 
 
 @needs_torchrun
@@ -328,7 +356,7 @@ def test_slurm_launcher_emulated_srun(workspace, tmp_path):  # noqa: F811
     procs = []
     for rank in range(WORLD):
         env = repo_env(OMP_NUM_THREADS='1', PATH=f'{bin_dir}:{os.environ["PATH"]}', SLURM_PROCID=str(rank),
-                       SLURM_NTASKS=str(WORLD), SLURM_NODELIST='node[01]', SLURM_LOCALID=str(rank))
+                       SLURM_NTASKS=str(WORLD), SLURM_NODELIST='node[01]', SLURM_LOCALID=str(rank), **CPU_ONLY)
         env.pop('MASTER_PORT', None)
         env.pop('MASTER_ADDR', None)
         procs.append(subprocess.Popen([sys.executable, _launcher(ws), '-opt', opt_path, '--launcher', 'slurm'],

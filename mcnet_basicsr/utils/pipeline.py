@@ -63,6 +63,23 @@ def load_resume_state(opt):
     return resume_state
 
 
+def check_processes_per_gpu(launcher):
+    """Refuse more torchrun processes on this machine than it has GPUs, before nccl is asked.
+
+    BasicSR binds rank r to GPU ``r % #GPUs``, so two processes would share a GPU and nccl stops them with
+    "Duplicate GPU detected" after the whole set-up. ``torchrun`` says how many processes it started here
+    (``LOCAL_WORLD_SIZE``); slurm binds tasks itself.
+    """
+    if launcher != 'pytorch':
+        return
+    local = int(os.environ.get('LOCAL_WORLD_SIZE', 1))
+    gpus = torch.cuda.device_count()
+    if local > gpus:
+        raise ValueError(f'torchrun started {local} processes on this machine, which has {gpus} GPU(s): nccl needs '
+                         f'one GPU per process. Use --nproc_per_node={gpus}, or hide the GPUs '
+                         '(CUDA_VISIBLE_DEVICES=) to train on the CPU, where the processes join a gloo group.')
+
+
 def init_dist(launcher, backend='nccl', **kwargs):
     """``basicsr.utils.dist_util.init_dist`` that also runs without CUDA (for tests and CPU machines).
 
@@ -76,6 +93,7 @@ def init_dist(launcher, backend='nccl', **kwargs):
     """
     from basicsr.utils import dist_util
     if torch.cuda.is_available():
+        check_processes_per_gpu(launcher)
         return dist_util.init_dist(launcher, backend, **kwargs)
     if launcher == 'slurm':
         # BasicSR binds task i to GPU i % device_count(): with no GPU that divides by zero, and there is nothing
