@@ -1,7 +1,7 @@
 """How close each solver tolerance comes to the tables' result, for the model ``mcnet-sr`` runs.
 
 One solve per image at the tables' setting (the ``tables`` preset: relative residual 1e-6, at most 300
-iterations), with every iterate kept. A solve at a looser tolerance returns the first iterate whose residual
+iterations), observed at every iterate. A solve at a looser tolerance returns the first iterate whose residual
 meets it (the solvers stop there), so one solve gives every tolerance: its iterations and its PSNR under the
 tables' protocol (the output's Y rounded to uint8, against the mod-cropped HR, crop = scale) of what the layer then
 returns: the map applied once more to that iterate, then the final float64 projection. Printed per set: mean
@@ -30,6 +30,7 @@ import torch
 from tqdm import tqdm
 
 from .benchmarking import load_pairs
+from .deq import fixed_point_residual
 from .metrics.y_uint8 import y_uint8_metrics
 from .pretrained import build_pretrained_mcnet, default_eps_rms
 from .utils.color import luma
@@ -51,20 +52,34 @@ def prepared_pairs(data_root, dataset, scale, limit=None):
 
 @torch.no_grad()
 def sweep_image(net, lr, hr_bgr, tols):
-    """The tables' solve of one image with every iterate kept; returns the tables' iterations and PSNR and, per
+    """The tables' solve of one image, observed at every iterate; returns the tables' iterations and PSNR and, per
     tolerance, ``[iterations, psnr]`` of the output a solve at that tolerance returns.
 
     The solve is the layer's own (:meth:`MCNetArch.solve`, under its TF32 setting); a solve stopped at iterate
-    ``z_k`` would return ``F(z_k)``'s image part through :meth:`MCNetArch.consistent_output`, scored here for every k.
+    ``z_k`` would return ``F(z_k)``'s image part through :meth:`MCNetArch.consistent_output`, scored here. Only the
+    ``F(z_k)`` at which the residual first meets each tolerance is kept (the solver's own residual,
+    :func:`~mcnet_basicsr.deq.fixed_point_residual`), not all of them: up to 300 image-sized tensors otherwise.
     """
     w, _ = net.backbone_estimate(lr)
     b = luma(lr.double())
-    images = []  # the image part of F(z_k) for every iterate z_k
-    with observed_fixed_point_map(net, lambda z, fz: images.append(fz[:, :w.shape[1]].clone())):
+    stop, channels = net.forward_solver.stop, w.shape[1]
+    pending = sorted(tols, reverse=True)  # the residual meets the largest tolerance first
+    first = {}  # tol -> (k, image part of F(z_k)) at the first iterate z_k whose residual meets tol
+    evaluations = []
+
+    def observe(z, fz):
+        k = len(evaluations)
+        evaluations.append(k)
+        if not pending:
+            return
+        r = float(fixed_point_residual(fz.reshape(len(fz), -1), z.reshape(len(z), -1), stop)[0])
+        while pending and r <= pending[0]:
+            first[pending.pop(0)] = (k, fz[:, :channels].clone())
+
+    with observed_fixed_point_map(net, observe):
         out = net.solve(w, b)
     stats, eps = net.last_stats['forward'], net.last_stats['eps']
-    n = int(stats.iterations[0])
-    residuals = [float(r[0]) for r in stats.trace]  # the solver's own residual of every evaluation
+    n = int(stats.iterations[0])  # evaluations after the n-th one (the output's) are not the solver's
     scale = net.scale
 
     def psnr(x):
@@ -72,11 +87,11 @@ def sweep_image(net, lr, hr_bgr, tols):
 
     row = {'tables_iterations': n, 'tables_psnr': psnr(out)}
     for tol in tols:
-        k = next((i for i, r in enumerate(residuals[:n]) if r <= tol), None)
-        if k is None:  # never met within the tables' solve: a solve at tol runs as long and returns the same
+        k, image = first.get(tol, (n, None))
+        if k >= n:  # never met within the tables' solve: a solve at tol runs as long and returns the same
             row[f'{tol:g}'] = [n, row['tables_psnr']]
         else:
-            row[f'{tol:g}'] = [k + 1, psnr(net.consistent_output(images[k], b, eps))]
+            row[f'{tol:g}'] = [k + 1, psnr(net.consistent_output(image, b, eps))]
     return row
 
 

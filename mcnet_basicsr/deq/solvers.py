@@ -42,8 +42,9 @@ def _check_stop(stop: str) -> None:
         raise ValueError(f"stop must be 'rel' or 'abs', got {stop!r}")
 
 
-def _residual(fx: torch.Tensor, x: torch.Tensor, stop: str) -> torch.Tensor:
-    """Per-sample residual of flat ``(N, D)`` tensors."""
+def fixed_point_residual(fx: torch.Tensor, x: torch.Tensor, stop: str) -> torch.Tensor:
+    """Per-sample residual of flat ``(N, D)`` tensors: ``||f(x) - x||``, divided by ``||f(x)||`` for ``stop='rel'``.
+    The quantity the solvers compare with ``tol`` (and record in ``SolverStats.trace``)."""
     r = torch.linalg.vector_norm(fx - x, dim=1)
     if stop == 'rel':
         r = r / (torch.linalg.vector_norm(fx, dim=1) + _REL_EPS)
@@ -235,7 +236,7 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
         fx = f(x.view(shape)).reshape(n, -1)
         if fx.shape != x.shape:
             raise ValueError(f'f changed the shape: {tuple(shape)} -> {tuple(fx.shape)}')
-        res = _residual(fx, x, stop)
+        res = fixed_point_residual(fx, x, stop)
         active = ~converged
         improve = active & (res < best_res)  # NaN residuals never improve
         best_x.copy_(torch.where(improve[:, None], x, best_x))
