@@ -5,8 +5,9 @@
     torchrun --nproc_per_node=2 mcnet_basicsr/train.py -opt ... --launcher pytorch
     srun --ntasks=2 --gres=gpu:2 python mcnet_basicsr/train.py -opt ... --launcher slurm
 
-Distributed: one process per GPU (nccl); without CUDA, torchrun or slurm processes join a gloo group instead
-(``mcnet_basicsr.utils.pipeline.init_dist``), which is how the tests run it.
+Distributed: one process per GPU (nccl; more torchrun processes than GPUs are refused before nccl starts); without
+CUDA, torchrun or slurm processes join a gloo group instead (``mcnet_basicsr.utils.pipeline.init_dist``), which is how
+the tests run it.
 
 experiments/, tb_logger/ and results/ land in the repository root (or the current directory
 when the package is installed elsewhere), as with BasicSR's own ``basicsr/train.py``.
