@@ -21,6 +21,7 @@ This is how ``mcnet-sr``'s default ``--tol`` per layer is chosen (``mcnet_sr_cli
 ``datasets/<set>/LR_bicubic/X<s>``).
 """
 import argparse
+import itertools
 import json
 import os.path as osp
 import sys
@@ -65,11 +66,10 @@ def sweep_image(net, lr, hr_bgr, tols):
     stop, channels = net.forward_solver.stop, w.shape[1]
     pending = sorted(tols, reverse=True)  # the residual meets the largest tolerance first
     first = {}  # tol -> (k, image part of F(z_k)) at the first iterate z_k whose residual meets tol
-    evaluations = []
+    evaluation = itertools.count()
 
     def observe(z, fz):
-        k = len(evaluations)
-        evaluations.append(k)
+        k = next(evaluation)
         if not pending:
             return
         r = float(fixed_point_residual(fz.reshape(len(fz), -1), z.reshape(len(z), -1), stop)[0])
