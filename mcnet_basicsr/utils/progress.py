@@ -6,6 +6,8 @@ from contextlib import contextmanager
 
 from tqdm import tqdm
 
+from mcnet_basicsr.deq import fixed_point_residual
+
 
 @contextmanager
 def solver_progress(model, max_iter, desc, enabled=True, tol=None):
@@ -32,7 +34,7 @@ def solver_progress(model, max_iter, desc, enabled=True, tol=None):
     def tick(z, fz):
         bar.update(1)
         if tol is not None:
-            residuals.append(float((fz - z).norm() / (fz.norm() + 1e-30)))
+            residuals.append(float(fixed_point_residual(fz.reshape(1, -1), z.reshape(1, -1), 'rel')))
             bar.total = min(max_iter, bar.n + _iterations_left(residuals, tol))
             bar.refresh()
 
