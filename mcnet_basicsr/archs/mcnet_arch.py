@@ -98,6 +98,30 @@ class FrozenBackboneMixin:
         return self
 
 
+class IterateKeeper:
+    """A fixed-point map that also keeps detached copies of the iterates it is applied to at given calls.
+
+    ``kept[k]`` is the point of the ``k``-th call (1-based) for ``k`` in ``counts``: a solver's iterate after
+    ``k - 1`` updates, the last one a solve limited to ``k`` iterations evaluates. ``last`` is the point of the
+    latest call (a reference, not a copy: the solvers update their iterate in place, but the final call of
+    ``implicit_fixed_point`` is on its result, a fresh tensor). Counting calls happens on the host, so the map
+    is not capturable into a CUDA graph.
+    """
+
+    capturable = False
+
+    def __init__(self, f, counts):
+        self.f, self.counts = f, frozenset(counts)
+        self.calls, self.kept, self.last = 0, {}, None
+
+    def __call__(self, z):
+        self.calls += 1
+        if self.calls in self.counts:
+            self.kept[self.calls] = z.detach().clone()
+        self.last = z
+        return self.f(z)
+
+
 @ARCH_REGISTRY.register()
 class MCNetArch(FrozenBackboneMixin, nn.Module):
     """MCNet: a frozen SR backbone followed by a measurement-consistent implicit layer.
@@ -213,6 +237,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         self.set_solver(**solver)
         self.last_stats = None
         self.last_fixed_point = None  # (F, z) of the last solve with grad enabled, see solve
+        # forward iteration counts k whose iterates a solve with grad keeps (MCNetModel's train.fixed_point_correction)
+        self.keep_iterates = ()
+        self.last_iterates = None  # what outputs_at_kept_iterates needs, from the last forward with grad
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -349,7 +376,8 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         With grad enabled (training), ``last_fixed_point`` is then ``(F, z)``: this solve's map (built anew, with
         exact second derivatives: ``grad_order=2``) and its detached fixed point ``z = F(z*)``, what a Jacobian
         penalty at the fixed point needs (``mcnet_basicsr.deq.jacobian_frobenius_penalty``, MCNetModel's
-        ``train.jacobian_penalty``). Without grad it is None: inference keeps no reference to its inputs.
+        ``train.jacobian_penalty``). Without grad it is None: inference keeps no reference to its inputs. Likewise,
+        with grad and ``keep_iterates`` set, the solve keeps the iterates :meth:`outputs_at_kept_iterates` needs.
 
         Runs under ``allow_tf32`` itself, as :meth:`backbone_estimate` does: callers that compose the pieces
         (``mcnet-sr``) get the arch's precision, not the process default (PyTorch enables TF32 for cuDNN
@@ -359,13 +387,20 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             return self._solve(w, b, tile)
 
     def _solve(self, w, b, tile):
-        self.last_fixed_point = None
+        self.last_fixed_point = self.last_iterates = None
         b_exact, b = b, b.to(w.dtype)
         f, z0, eps = self.fixed_point_problem(w, b, tile)
-        z, fwd_stats, bwd = implicit_fixed_point(f, z0, self.forward_solver, self.backward_solver)
+        keeper = IterateKeeper(f, self.keep_iterates) if self.keep_iterates and torch.is_grad_enabled() else None
+        z, fwd_stats, bwd = implicit_fixed_point(keeper or f, z0, self.forward_solver, self.backward_solver)
         self.last_stats = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
         if torch.is_grad_enabled():
             self.last_fixed_point = (self.fixed_point_map(w, b, eps, tile, grad_order=2), z.detach())
+        if keeper is not None:
+            # implicit_fixed_point's last application of F is to the solve's result z*: the iterate a solve that
+            # converged in fewer than k iterations would also have stopped at
+            z_star = keeper.last.detach()
+            self.last_iterates = {'map': f, 'z': {k: keeper.kept.get(k, z_star) for k in self.keep_iterates},
+                                  'cbcr': None}
         return self.consistent_output(z[:, :w.shape[1]], b_exact, eps)
 
     def consistent_output(self, x, b, eps):
@@ -385,6 +420,32 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         w, cbcr = self.backbone_estimate(lr, self.tile)
         b = luma(lr.double())
         x = self.solve(w, b, self.tile)
+        if self.last_iterates is not None:
+            self.last_iterates['cbcr'] = cbcr
+        return self._image(x, cbcr)
+
+    @staticmethod
+    def _image(x, cbcr):
+        """The layer's output from its Y ``x`` and the backbone's ``cbcr`` (None for one-channel input)."""
         if cbcr is None:
             return x
         return ycbcr_to_rgb(torch.cat([x, cbcr], dim=1))
+
+    def outputs_at_kept_iterates(self):
+        """``{k: output}`` for ``k`` in ``keep_iterates``: what the last forward with grad would have returned had
+        its solve stopped after ``k`` iterations (``max_iter = k``), i.e. ``F`` applied to the solve's ``k``-th
+        iterate, its input to the ``k``-th application of ``F`` (the fixed point where the solve converged sooner).
+
+        The gradient flows through that one application of ``F`` only, the iterate being held fixed, as in the
+        fixed-point correction of Bai et al. (2022), "Deep Equilibrium Optical Flow Estimation": a loss on these
+        outputs asks the map to reach a good image from where the solver is after ``k`` iterations, i.e. to
+        converge faster, without differentiating through the solver. Outputs are images like :meth:`forward`'s
+        (RGB for RGB input) without the final float64 projection (a rounding-level difference).
+        """
+        it = self.last_iterates
+        if it is None:
+            raise RuntimeError('MCNetArch.outputs_at_kept_iterates: no iterates were kept; set keep_iterates to the '
+                               'iteration counts wanted and run a forward with grad enabled first.')
+        f, cbcr = it['map'], it['cbcr']
+        with tf32(self.allow_tf32):
+            return {k: self._image(f(z)[:, :z.shape[1] // 2], cbcr) for k, z in it['z'].items()}

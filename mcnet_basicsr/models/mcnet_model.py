@@ -29,30 +29,59 @@ def build_optimizer(optim_type, params, lr, **kwargs):
     return cls(params, lr=lr, **kwargs)
 
 
-def jacobian_penalty_option(value):
-    """``train.jacobian_penalty`` checked: None (off) or ``{'weight': float > 0, 'every': int >= 1}``."""
-    name = 'train.jacobian_penalty'
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise ValueError(f'{name} must be a mapping {{weight: float > 0, every: int >= 1}} or ~ (off), got {value!r}.')
-    unknown = sorted(set(value) - {'weight', 'every'})
-    if unknown:
-        raise ValueError(f"{name} takes the keys 'weight' and 'every' only; unknown key(s) {unknown}.")
+def _positive_weight(name, value):
+    """``value['weight']`` checked as a finite float > 0 (YAML 1.1 reads ``1e-3`` without a dot as a string)."""
     if 'weight' not in value:
         raise ValueError(f'{name}.weight is required (a float > 0; leave {name} out or ~ to train without it).')
     weight = value['weight']
-    if isinstance(weight, str):  # YAML 1.1 reads `1e-3` without a dot as a string
+    if isinstance(weight, str):
         try:
             weight = float(weight)
         except ValueError:
             pass
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
         raise ValueError(f'{name}.weight must be a finite number > 0, got {value["weight"]!r}.')
+    return float(weight)
+
+
+def _mapping(name, value, keys, shape):
+    """``value`` checked as a mapping with no keys beyond ``keys``; ``shape`` describes it in the error."""
+    if not isinstance(value, dict):
+        raise ValueError(f'{name} must be a mapping {shape} or ~ (off), got {value!r}.')
+    unknown = sorted(set(value) - set(keys))
+    if unknown:
+        raise ValueError(f"{name} takes the keys {' and '.join(repr(k) for k in keys)} only; unknown key(s) {unknown}.")
+
+
+def jacobian_penalty_option(value):
+    """``train.jacobian_penalty`` checked: None (off) or ``{'weight': float > 0, 'every': int >= 1}``."""
+    name = 'train.jacobian_penalty'
+    if value is None:
+        return None
+    _mapping(name, value, ('weight', 'every'), '{weight: float > 0, every: int >= 1}')
+    weight = _positive_weight(name, value)
     every = value.get('every', 1)
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ValueError(f'{name}.every must be an int >= 1 (iterations), got {every!r}.')
-    return {'weight': float(weight), 'every': every}
+    return {'weight': weight, 'every': every}
+
+
+def fixed_point_correction_option(value):
+    """``train.fixed_point_correction`` checked: None (off) or ``{'weight': float > 0, 'iterations': [int >= 1, ...]}``
+    (iterations sorted, without repeats)."""
+    name = 'train.fixed_point_correction'
+    if value is None:
+        return None
+    _mapping(name, value, ('weight', 'iterations'), '{weight: float > 0, iterations: [int >= 1, ...]}')
+    weight = _positive_weight(name, value)
+    its = value.get('iterations')
+    if isinstance(its, int) and not isinstance(its, bool):
+        its = [its]
+    if not isinstance(its, (list, tuple)) or not its \
+            or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in its):
+        raise ValueError(f'{name}.iterations must be a non-empty list of forward iteration counts (ints >= 1), '
+                         f'got {value.get("iterations")!r}.')
+    return {'weight': weight, 'iterations': tuple(sorted(set(its)))}
 
 
 @MODEL_REGISTRY.register()
@@ -78,6 +107,13 @@ class MCNetModel(ProtocolSRModel):
       converge in fewer iterations. ``l_jac`` is logged on the steps that add it. Cost per penalised step: one
       more application of F (a denoiser pass with graph) and a double backward through it; no extra solve.
       The penalty's F is the step's map with exact second derivatives (see ``MCNetArch.solve``);
+    * ``train.fixed_point_correction: {weight: w, iterations: [k1, k2, ...]}`` (default: off) adds ``w * l_fpc`` to
+      the pixel loss, ``l_fpc`` being the mean of the pixel loss of the outputs the layer would have given had the
+      step's forward solve stopped after ``k1``, ``k2``, ... iterations, with the gradient through the one
+      application of F that makes each (``MCNetArch.outputs_at_kept_iterates``; Bai et al. (2022), "Deep
+      Equilibrium Optical Flow Estimation", call it fixed-point correction): it asks for layers whose early
+      iterates are already good, so that a loose tolerance gives the fixed point's quality. ``l_fpc`` is logged.
+      Cost per step: one more application of F and its backward per listed count, and copies of those iterates;
     * the log carries beta and the solver statistics (forward/backward iterations, residuals);
       ``train.log_step_times: true`` adds the seconds of each part of a step (``t_fwd``: the forward
       solve, ``t_bwd``: loss (and Jacobian penalty) and implicit backward solve, including DDP's gradient
@@ -106,7 +142,10 @@ class MCNetModel(ProtocolSRModel):
             raise ValueError('MCNetModel trains with a pixel loss: set train.pixel_opt (e.g. {type: MSELoss}).')
         self.log_step_times = bool(self.opt['train'].get('log_step_times', False))
         self.jacobian_penalty = jacobian_penalty_option(self.opt['train'].get('jacobian_penalty'))
+        self.fixed_point_correction = fixed_point_correction_option(self.opt['train'].get('fixed_point_correction'))
         super().init_training_settings()
+        if self.fixed_point_correction is not None:  # the training network only (an EMA copy validates, no grad)
+            self.get_bare_model(self.net_g).keep_iterates = self.fixed_point_correction['iterations']
 
     def model_to_device(self, net):
         if self.opt['dist'] and self.device.type != 'cuda':  # BasicSR passes device_ids=[cuda device]
@@ -170,7 +209,12 @@ class MCNetModel(ProtocolSRModel):
             if jac is not None and current_iter % jac['every'] == 0:
                 l_jac = self._jacobian_penalty()
                 loss_dict['l_jac'] = l_jac
-                loss = l_pix + jac['weight'] * l_jac
+                loss = loss + jac['weight'] * l_jac
+            fpc = self.fixed_point_correction
+            if fpc is not None:
+                l_fpc = self._fixed_point_correction()
+                loss_dict['l_fpc'] = l_fpc
+                loss = loss + fpc['weight'] * l_fpc
             loss.backward()
         t2 = self._mark()
         self.optimizer_g.step()
@@ -190,6 +234,13 @@ class MCNetModel(ProtocolSRModel):
         # is accumulated, and all-reduced, once. Every rank adds the penalty on the same iterations.
         f, z = net.last_fixed_point
         return jacobian_frobenius_penalty(f, z)
+
+    def _fixed_point_correction(self):
+        """The mean pixel loss of the outputs at the kept forward iterates of the step just run."""
+        # Under DDP this applies F outside the wrapped forward, safe for the reasons given in _jacobian_penalty.
+        outputs = self.get_bare_model(self.net_g).outputs_at_kept_iterates().values()
+        gt = self._loss_view(self.gt)
+        return sum(self.cri_pix(self._loss_view(out), gt) for out in outputs) / len(outputs)
 
     def _solver_log(self):
         net = self.get_bare_model(self.net_g)
