@@ -12,7 +12,7 @@ from basicsr.archs import build_network
 from basicsr.models import build_model
 
 from conftest import sample_photo
-from mcnet_basicsr.archs.mcnet_arch import IterateKeeper
+from mcnet_basicsr.deq import IterateKeeper
 from mcnet_basicsr.models.mcnet_model import fixed_point_correction_option
 from mcnet_basicsr.ops import build_operator
 from mcnet_basicsr.utils.color import rgb_to_ycbcr

@@ -35,7 +35,8 @@ def test_option_file_is_consistent_with_its_scale(path):
         assert opt['model_type'] == 'DenoiserModel', f'{path.name}: SR option files end in _x<scale>.yml'
         return
     assert opt['scale'] == s
-    assert opt['name'] and opt['model_type'] in ('SRModel', 'ProtocolSRModel', 'MCNetModel', 'DenoiserModel')
+    assert opt['name'] and opt['model_type'] in ('SRModel', 'ProtocolSRModel', 'MCNetModel', 'MCNetStartModel',
+                                                'DenoiserModel')
     for ds in opt.get('datasets', {}).values():
         for key in ('dataroot_gt', 'dataroot_lq'):
             root = ds.get(key)
@@ -125,7 +126,8 @@ def test_shipped_weights_stay_within_30_mb():
     assert total <= 30_000_000, f'{total / 1e6:.2f} MB of weights in {WEIGHTS}'
 
 
-@pytest.mark.parametrize('name', sorted(p.name for p in OPTIONS if p.name.startswith('train_mcnet_')))
+@pytest.mark.parametrize('name', sorted(p.name for p in OPTIONS if p.name.startswith('train_mcnet_')
+                                         and not p.name.startswith('train_mcnet_start_')))
 def test_training_options_start_from_a_shipped_dncnn6(name):
     """MCNet training runs from a clean clone: its starting denoiser is one the package ships (trained by
     options/train_dncnn6_sigma_*.yml), and that checkpoint fits the option file's denoiser strictly."""

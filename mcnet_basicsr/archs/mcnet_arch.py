@@ -4,7 +4,7 @@ from copy import deepcopy
 import torch
 from torch import nn
 
-from mcnet_basicsr.deq import SolverConfig, implicit_fixed_point
+from mcnet_basicsr.deq import IterateKeeper, SolverConfig, implicit_fixed_point
 from mcnet_basicsr.ops import build_operator, eps_from_rms, imresize
 from mcnet_basicsr.utils.checkpoint import load_network
 from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
@@ -14,6 +14,7 @@ from mcnet_basicsr.utils.tiling import apply_tiled, mcnet_tile_overlaps, needs_t
 
 from .backbone_presets_arch import resolve_backbone
 from .dncnn_arch import DnCNN, load_dncnn
+from .learned_start_arch import build_start_network, load_start_network
 
 _RECORD_BYTES = 32  # length of the backbone-and-scale record saved with a layer
 _DTYPES = {None: None, 'fp32': None, 'float32': None, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16,
@@ -98,28 +99,14 @@ class FrozenBackboneMixin:
         return self
 
 
-class IterateKeeper:
-    """A fixed-point map that also keeps detached copies of the iterates it is applied to at given calls.
-
-    ``kept[k]`` is the point of the ``k``-th call (1-based) for ``k`` in ``counts``: a solver's iterate after
-    ``k - 1`` updates, the last one a solve limited to ``k`` iterations evaluates. ``last`` is the point of the
-    latest call (a reference, not a copy: the solvers update their iterate in place, but the final call of
-    ``implicit_fixed_point`` is on its result, a fresh tensor). Counting calls happens on the host, so the map
-    is not capturable into a CUDA graph.
-    """
-
-    capturable = False
-
-    def __init__(self, f, counts):
-        self.f, self.counts = f, frozenset(counts)
-        self.calls, self.kept, self.last = 0, {}, None
-
-    def __call__(self, z):
-        self.calls += 1
-        if self.calls in self.counts:
-            self.kept[self.calls] = z.detach().clone()
-        self.last = z
-        return self.f(z)
+def _keep_own_start(arch, incompatible):
+    """A layer checkpoint without any of the start's entries loads strictly and leaves the start as it is (from
+    ``start_path``, or the identity); one with some of them only is still refused."""
+    names = [f'start.{k}' for k in arch.start.state_dict()]
+    missing = [k for k in incompatible.missing_keys if any(k == n or k.endswith('.' + n) for n in names)]
+    if len(missing) == len(names):
+        for k in missing:
+            incompatible.missing_keys.remove(k)
 
 
 @ARCH_REGISTRY.register()
@@ -176,6 +163,15 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             mantissas, a noise floor of about 1e-4 relative that keeps the fixed-point residual from reaching
             the 1e-5 a correct implicit gradient needs (seen on H200: forward stalls at 2e-5, backward at 3e-3).
             Default: False.
+        start (dict | None): A learned start: a residual CNN ``g`` (:class:`DnCNN` without spectral norm,
+            options ``depth`` (default 8) and ``num_feat`` (default 64)) and the solve starts from
+            ``x0 = P_S(g(P_S(w)))``, ``lam0 = 0``. The map and its fixed point are the same; a start nearer the fixed
+            point needs fewer iterations to a tolerance (fitted by :class:`~mcnet_basicsr.models.MCNetStartModel`
+            to the fixed points of this layer). Not trained with the layer. Default: None (``x0 = P_S(w)``).
+        start_path (str | None): Weights of the start: a file of the start alone or a whole layer checkpoint whose
+            ``start.*`` entries are taken (key ``params_ema`` if present, else ``params``). A layer checkpoint
+            without ``start.*`` entries then loads strictly and keeps this start. Default: None (``g`` begins as
+            the identity: its last convolution is zero).
         tile (int | None): Run the backbone and the denoiser on ``tile`` x ``tile`` LR tiles (``tile * scale``
             in HR) overlapping by their receptive field, so each tile's output is exactly the untiled one; the
             fixed-point iteration and its projection run on the whole image. Not exact for backbones with
@@ -199,7 +195,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                  denoiser_path=None,
                  solver=None,
                  allow_tf32=False,
-                 tile=None):
+                 tile=None,
+                 start=None,
+                 start_path=None):
         super().__init__()
         check_eps_options(eps, eps_rms)
         if not rho > 0:
@@ -230,6 +228,13 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         if denoiser_path is not None:
             load_dncnn(self.denoiser, denoiser_path)
         self.denoiser.auto_update_spectral_norm = False  # updated once per solve, see forward
+        if start_path is not None and start is None:
+            raise ValueError('start_path needs start options (e.g. start: {depth: 8}) describing the network.')
+        self.start = None if start is None else build_start_network(start)
+        if start_path is not None:
+            load_start_network(self.start, start_path)
+        if self.start is not None:
+            self.register_load_state_dict_post_hook(_keep_own_start)
         solver = dict(solver or {})
         unknown = [k for k in solver if k not in ('forward', 'backward')]
         if unknown:
@@ -315,6 +320,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         if prefix + '_extra_state' in missing_keys:
             missing_keys.remove(prefix + '_extra_state')
 
+
     def tile_overlaps(self):
         """Overlaps in LR pixels (backbone, denoiser) of exact tiles (see ``tile``)."""
         return mcnet_tile_overlaps(self.scale, self.backbone, self.backbone_input, self.denoiser)
@@ -332,6 +338,19 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         if tile is None or not needs_tiling(x, tile * s):
             return self.denoiser(x)
         return apply_tiled(self.denoiser, x, tile * s, self.tile_overlaps()[1] * s)
+
+    def start_guess(self, x0, tile=None):
+        """The learned start's guess of the fixed point from ``x0 = P_S(w)`` (HR; before projection), on tiles of
+        ``tile`` LR pixels when ``x0`` is larger."""
+        s = self.scale
+        if tile is None or not needs_tiling(x0, tile * s):
+            return self.start(x0)
+        return apply_tiled(self.start, x0, tile * s, (math.ceil(len(self.start.dncnn) / s) + 1) * s)
+
+    def optional_state_keys(self):
+        """Entries of ``state_dict()`` a checkpoint may lack: the saved record, and the start's weights (a layer saved
+        without a start keeps the one this arch was built with)."""
+        return [k for k in self.state_dict() if k.endswith('_extra_state') or k.startswith('start.')]
 
     def fixed_point_map(self, w, b, eps, tile=None, grad_order=1):
         """F(z) for z = (x, lam) stacked on channels; closes over w, b and the parameters.
@@ -364,6 +383,8 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         self.denoiser.update_spectral_norm()
         with torch.no_grad():
             x0 = self.operator.project(w, b, eps)
+            if self.start is not None:
+                x0 = self.operator.project(self.start_guess(x0, tile), b, eps)
         return self.fixed_point_map(w, b, eps, tile), torch.cat([x0, torch.zeros_like(x0)], dim=1), eps
 
     def solve(self, w, b, tile=None):

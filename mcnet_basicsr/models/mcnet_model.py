@@ -148,6 +148,10 @@ class MCNetModel(ProtocolSRModel):
             self.get_bare_model(self.net_g).keep_iterates = self.fixed_point_correction['iterations']
 
     def model_to_device(self, net):
+        # the learned start is fitted by MCNetStartModel, not with the layer (no gradient reaches it); frozen before
+        # DDP lists the parameters it reduces
+        if getattr(net, 'start', None) is not None:
+            net.start.requires_grad_(False)
         if self.opt['dist'] and self.device.type != 'cuda':  # BasicSR passes device_ids=[cuda device]
             return DistributedDataParallel(net.to(self.device),
                                            find_unused_parameters=self.opt.get('find_unused_parameters', False))
@@ -163,6 +167,8 @@ class MCNetModel(ProtocolSRModel):
         net = self.get_bare_model(self.net_g)
         beta, others = [], []
         for name, p in net.named_parameters():
+            if name.startswith('start.'):
+                continue  # see model_to_device
             if not p.requires_grad:
                 get_root_logger().warning(f'Params {name} will not be optimized.')
             elif name == 'log_beta':

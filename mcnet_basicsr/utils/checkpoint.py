@@ -87,8 +87,10 @@ def load_state_dict(path, param_key='params', strip_prefix='module.', allow_pick
 def state_dict_mismatch(net, state):
     """'' when ``state`` fits ``net`` exactly (names and shapes), else a one-line account of the first differences."""
     own = net.state_dict()
-    # a saved layer without its _extra_state record loads (unchecked); see MCNetArch.set_extra_state
-    missing = [k for k in own if k not in state and not k.endswith('_extra_state')]
+    # a saved layer without its _extra_state record loads (unchecked), see MCNetArch.set_extra_state; a net may name
+    # other entries a checkpoint may lack (MCNetArch.optional_state_keys)
+    optional = set(net.optional_state_keys()) if hasattr(net, 'optional_state_keys') else set()
+    missing = [k for k in own if k not in state and not k.endswith('_extra_state') and k not in optional]
     unexpected = [k for k in state if k not in own]
     shapes = [f'{k}: {tuple(state[k].shape)} vs {tuple(own[k].shape)}' for k in own
               if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
