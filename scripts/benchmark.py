@@ -56,7 +56,8 @@ LOG = logging.getLogger('benchmark')
 MD_SECTION = 'benchmark'  # <!-- benchmark:begin --> ... <!-- benchmark:end --> in the markdown file
 SCHEMA_VERSION = 1
 MCNET_OPTIONS = {('srcnn', 'official'): 'test_mcnet_srcnn_x{s}.yml', ('srcnn', 'ours'): 'test_mcnet_srcnn_x{s}.yml',
-                 ('rcan', 'official'): 'test_mcnet_rcan_x{s}.yml', ('rcan', 'compact'): 'test_mcnet_rcan_compact_x{s}.yml'}
+                 ('srcnn', 'official_start'): 'test_mcnet_start_srcnn_x{s}.yml', ('rcan', 'official'):
+                 'test_mcnet_rcan_x{s}.yml', ('rcan', 'compact'): 'test_mcnet_rcan_compact_x{s}.yml'}
 
 
 def build_mcnet(backbone, weights, scale, device, quick):
@@ -331,8 +332,9 @@ def parse_args(argv=None):
     p.add_argument('--device', default='auto', choices=['auto', 'cpu', 'cuda'])
     p.add_argument('--data-root', default=osp.join(ROOT, 'datasets'))
     p.add_argument('--hr-root', help='make the LR from HR images <hr-root>/<Set>/HR instead of reading --data-root')
-    p.add_argument('--srcnn', default='official', choices=['official', 'ours'],
-                   help="SRCNN backbone: the converted official one the option file names, or our shipped one")
+    p.add_argument('--srcnn', default='official', choices=['official', 'ours', 'official_start'], help="SRCNN "
+                   "backbone: the converted official one the option file names, our shipped one, or the official one "
+                   "with the learned start of test_mcnet_start_srcnn_x<s>.yml")
     p.add_argument('--rcan', default='compact', choices=['official', 'compact'],
                    help='RCAN backbone: the official-size one (converted weights needed) or our shipped compact one')
     p.add_argument('--datasets', nargs='+', default=['Set5', 'Set14'])

@@ -13,9 +13,10 @@ class MCNetStartModel(MCNetModel):
     """Fits the learned start of a trained MCNet layer (``network_g.start``, see :class:`MCNetArch`).
 
     The layer (denoiser, beta) is frozen, loaded from ``path.pretrain_network_g``; only the start network learns.
-    Each step solves the layer on the batch from the standard start ``x0 = P_S(w)`` to ``train.target_solver``
-    (default: the ``train`` preset, rel. tol 1e-5, far below the part of the error a start removes) without a graph
-    and takes the pixel loss between the start's guess ``P_S(g(x0))`` and that fixed point ``x*`` on Y. The ground
+    Each step solves the layer on the batch to ``train.target_solver`` (default: the ``train`` preset, rel. tol 1e-5,
+    far below the part of the error a start removes) without a graph, from the start's present guess (the same fixed
+    point, reached in fewer iterations as the start learns), and takes the pixel loss between the guess
+    ``P_S(g(x0))``, ``x0 = P_S(w)``, and that fixed point ``x*`` on Y. The ground
     truth is not used: the start learns where the layer goes, so the layer's output does not change, only the
     iterations it takes (validation reports them at ``network_g.solver.forward``, with the PSNR). The log carries
     ``gap``, ``||P_S(g(x0)) - x*|| / ||x0 - x*||``: the part of the standard start's error the guess leaves (1 for
@@ -64,12 +65,11 @@ class MCNetStartModel(MCNetModel):
             with torch.no_grad():
                 w, _ = net.backbone_estimate(self.lq)
                 b = luma(self.lq.double()).to(w.dtype)
-                eps = net.consistency_radius(b)
-                net.denoiser.update_spectral_norm()
-                f = net.fixed_point_map(w, b, eps)
-                x0 = net.operator.project(w, b, eps)
-                z, stats = solve(f, torch.cat([x0, torch.zeros_like(x0)], dim=1), self.target_solver)
+                # the target solve starts from the start's present guess: the same fixed point, sooner as it learns
+                f, z_start, eps = net.fixed_point_problem(w, b)
+                z, stats = solve(f, z_start, self.target_solver)
                 x_star = f(z)[:, :w.shape[1]]
+                x0 = net.operator.project(w, b, eps)
             guess = net.operator.project(net.start(x0), b, eps)
             l_pix = self.cri_pix(guess, x_star)
             l_pix.backward()
