@@ -101,6 +101,18 @@ def test_any_start_leads_to_the_same_fixed_point(srcnn_ckpt, layer_ckpt):
     assert float((start_out - plain_out).abs().max()) < 1e-4
 
 
+def test_tiled_start_is_the_whole_image_start(srcnn_ckpt, layer_ckpt):
+    net = layer(srcnn_ckpt, layer_ckpt, start=START)
+    torch.manual_seed(5)
+    torch.nn.init.normal_(net.start.dncnn[-1].weight, std=0.05)
+    x = photo(40, 1)[:, :1]
+    with torch.no_grad():
+        whole = net.start_guess(x)
+        tiled = net.start_guess(x, tile=6)  # 12 x 12 HR tiles
+    assert float((whole - x).abs().max()) > 1e-2
+    torch.testing.assert_close(tiled, whole, rtol=0, atol=1e-6)
+
+
 # ------------------------------------------------------------------------------------------ weights
 def test_layer_checkpoint_without_a_start_keeps_the_start_of_start_path(srcnn_ckpt, layer_ckpt, tmp_path):
     torch.manual_seed(4)

@@ -320,7 +320,6 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         if prefix + '_extra_state' in missing_keys:
             missing_keys.remove(prefix + '_extra_state')
 
-
     def tile_overlaps(self):
         """Overlaps in LR pixels (backbone, denoiser) of exact tiles (see ``tile``)."""
         return mcnet_tile_overlaps(self.scale, self.backbone, self.backbone_input, self.denoiser)
