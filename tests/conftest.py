@@ -101,6 +101,30 @@ def shared():
     return shared_path()
 
 
+TINY_SRCNN = {'type': 'SRCNN', 'num_feat': [8, 4]}
+
+
+@pytest.fixture(scope='session')
+def srcnn_ckpt(tmp_path_factory):
+    """A random SRCNN with 8-4 features (seed 0), saved: the backbone of the tiny MCNet layers of the CPU tests."""
+    import torch
+    from basicsr.archs import build_network
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp('tiny_srcnn') / 'srcnn.pth'
+    torch.save({'params': build_network(dict(TINY_SRCNN)).state_dict()}, path)
+    return str(path)
+
+
+def tiny_layer_options(ckpt, forward, backward, **kw):
+    """``MCNetArch`` options of a tiny x2 layer on the SRCNN of ``ckpt`` (``srcnn_ckpt``): a 3-layer, 8-channel
+    DnCNN, beta 0.08, the given forward / backward solver settings; ``kw`` overrides any key."""
+    opt = {'type': 'MCNetArch', 'backbone': dict(TINY_SRCNN), 'backbone_path': ckpt, 'backbone_input': 'upsampled',
+           'backbone_channels': 1, 'operator': {'type': 'bicubic', 'scale': 2}, 'beta_init': 0.08,
+           'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8}, 'solver': {'forward': forward, 'backward': backward}}
+    opt.update(kw)
+    return opt
+
+
 @pytest.fixture(autouse=True, scope='session')
 def one_intra_op_thread():
     """Test tensors are small: one thread is as fast, and immune to the OpenMP spin-waits that make

@@ -11,32 +11,17 @@ import torch
 from basicsr.archs import build_network
 from basicsr.models import build_model
 
-from conftest import sample_photo
+from conftest import sample_photo, tiny_layer_options
 from mcnet_basicsr.deq import IterateKeeper
 from mcnet_basicsr.models.mcnet_model import fixed_point_correction_option
 from mcnet_basicsr.ops import build_operator
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 
 DT = torch.float64
-SRCNN = {'type': 'SRCNN', 'num_feat': [8, 4]}
-
-
-@pytest.fixture(scope='module')
-def srcnn_ckpt(tmp_path_factory):
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp('fixed_point_correction') / 'srcnn.pth'
-    torch.save({'params': build_network(dict(SRCNN)).state_dict()}, path)
-    return str(path)
 
 
 def layer_opt(ckpt, forward=None, **kw):
-    opt = {'type': 'MCNetArch', 'backbone': dict(SRCNN), 'backbone_path': ckpt, 'backbone_input': 'upsampled',
-           'backbone_channels': 1, 'operator': {'type': 'bicubic', 'scale': 2}, 'beta_init': 0.08,
-           'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8},
-           'solver': {'forward': forward or {'tol': 1e-5, 'max_iter': 100},
-                      'backward': {'tol': 1e-4, 'max_iter': 100}}}
-    opt.update(kw)
-    return opt
+    return tiny_layer_options(ckpt, forward or {'tol': 1e-5, 'max_iter': 100}, {'tol': 1e-4, 'max_iter': 100}, **kw)
 
 
 def photo(size, count, dtype=torch.float32):

@@ -13,32 +13,18 @@ import torch
 from basicsr.archs import build_network
 from basicsr.models import build_model
 
-from conftest import central_difference, sample_photo
+from conftest import central_difference, sample_photo, tiny_layer_options
 from mcnet_basicsr.deq import jacobian_frobenius_penalty
 from mcnet_basicsr.models.mcnet_model import jacobian_penalty_option
 from mcnet_basicsr.ops import build_operator
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 
 DT = torch.float64
-SRCNN = {'type': 'SRCNN', 'num_feat': [8, 4]}
 EPS_CASES = {'eps0': {'eps': 0}, 'eps_rms': {'eps_rms': 0.05}}  # exact consistency / a ball the solution sits on
 
 
-@pytest.fixture(scope='module')
-def srcnn_ckpt(tmp_path_factory):
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp('jacobian_penalty') / 'srcnn.pth'
-    torch.save({'params': build_network(dict(SRCNN)).state_dict()}, path)
-    return str(path)
-
-
 def layer_opt(ckpt, **kw):
-    opt = {'type': 'MCNetArch', 'backbone': dict(SRCNN), 'backbone_path': ckpt, 'backbone_input': 'upsampled',
-           'backbone_channels': 1, 'operator': {'type': 'bicubic', 'scale': 2}, 'beta_init': 0.08,
-           'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8},
-           'solver': {'forward': {'tol': 1e-10, 'max_iter': 300}, 'backward': {'tol': 1e-8, 'max_iter': 300}}}
-    opt.update(kw)
-    return opt
+    return tiny_layer_options(ckpt, {'tol': 1e-10, 'max_iter': 300}, {'tol': 1e-8, 'max_iter': 300}, **kw)
 
 
 def make_layer(ckpt, seed=0, **kw):

@@ -12,30 +12,16 @@ import torch
 from basicsr.archs import build_network
 from basicsr.models import build_model
 
-from conftest import sample_photo
+from conftest import sample_photo, tiny_layer_options
 from mcnet_basicsr.archs.learned_start_arch import build_start_network, load_start_network
 from mcnet_basicsr.ops import build_operator
 from mcnet_basicsr.utils.checkpoint import CheckpointError, load_network
 
-SRCNN = {'type': 'SRCNN', 'num_feat': [8, 4]}
 START = {'depth': 3, 'num_feat': 8}
 
 
-@pytest.fixture(scope='module')
-def srcnn_ckpt(tmp_path_factory):
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp('learned_start') / 'srcnn.pth'
-    torch.save({'params': build_network(dict(SRCNN)).state_dict()}, path)
-    return str(path)
-
-
 def layer_opt(ckpt, **kw):
-    opt = {'type': 'MCNetArch', 'backbone': dict(SRCNN), 'backbone_path': ckpt, 'backbone_input': 'upsampled',
-           'backbone_channels': 1, 'operator': {'type': 'bicubic', 'scale': 2}, 'beta_init': 0.08,
-           'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8},
-           'solver': {'forward': {'tol': 1e-6, 'max_iter': 300}, 'backward': {'tol': 1e-4, 'max_iter': 100}}}
-    opt.update(kw)
-    return opt
+    return tiny_layer_options(ckpt, {'tol': 1e-6, 'max_iter': 300}, {'tol': 1e-4, 'max_iter': 100}, **kw)
 
 
 @pytest.fixture(scope='module')
