@@ -372,18 +372,19 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         f.capturable = not torch.is_tensor(eps) and eps == 0
         return f
 
-    def fixed_point_problem(self, w, b, tile=None):
-        """(F, z0, eps) of one solve: the map on ``z = (x, lam)``, its start ``(P_S(w), 0)`` and the radius.
+    def fixed_point_problem(self, w, b, tile=None, x0=None):
+        """(F, z0, eps) of one solve: the map on ``z = (x, lam)``, its start ``(x0, 0)`` and the radius.
 
-        Refreshes the denoiser's spectral-norm estimate first, once per solve, so that F does not
-        change while it is solved.
+        ``x0`` (an image in S) defaults to ``P_S(w)``, or to the learned start's projected guess from it. Refreshes
+        the denoiser's spectral-norm estimate first, once per solve, so that F does not change while it is solved.
         """
         eps = self.consistency_radius(b)
         self.denoiser.update_spectral_norm()
-        with torch.no_grad():
-            x0 = self.operator.project(w, b, eps)
-            if self.start is not None:
-                x0 = self.operator.project(self.start_guess(x0, tile), b, eps)
+        if x0 is None:
+            with torch.no_grad():
+                x0 = self.operator.project(w, b, eps)
+                if self.start is not None:
+                    x0 = self.operator.project(self.start_guess(x0, tile), b, eps)
         return self.fixed_point_map(w, b, eps, tile), torch.cat([x0, torch.zeros_like(x0)], dim=1), eps
 
     def solve(self, w, b, tile=None):

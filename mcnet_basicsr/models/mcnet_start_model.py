@@ -65,12 +65,14 @@ class MCNetStartModel(MCNetModel):
             with torch.no_grad():
                 w, _ = net.backbone_estimate(self.lq)
                 b = luma(self.lq.double()).to(w.dtype)
-                # the target solve starts from the start's present guess: the same fixed point, sooner as it learns
-                f, z_start, eps = net.fixed_point_problem(w, b)
-                z, stats = solve(f, z_start, self.target_solver)
-                x_star = f(z)[:, :w.shape[1]]
+                eps = net.consistency_radius(b)
                 x0 = net.operator.project(w, b, eps)
             guess = net.operator.project(net.start(x0), b, eps)
+            with torch.no_grad():
+                # the target solve starts from the guess: the same fixed point, sooner as the start learns
+                f, z_start, _ = net.fixed_point_problem(w, b, x0=guess.detach())
+                z, stats = solve(f, z_start, self.target_solver)
+                x_star = f(z)[:, :w.shape[1]]
             l_pix = self.cri_pix(guess, x_star)
             l_pix.backward()
         self.optimizer_g.step()
