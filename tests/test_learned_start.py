@@ -170,6 +170,55 @@ def test_fitting_the_start_cuts_iterations_and_keeps_the_layer(srcnn_ckpt, layer
             assert torch.equal(v, layer_before[k]), f'{k} changed: the layer must stay frozen'
 
 
+def test_a_target_bank_solves_part_of_each_batch_and_still_fits(srcnn_ckpt, layer_ckpt, monkeypatch):
+    import mcnet_basicsr.models.mcnet_start_model as start_model
+    solved_batches = []
+
+    def counting_solve(f, z, config):
+        solved_batches.append(z.shape[0])
+        return solve(f, z, config)
+
+    solve = start_model.solve
+    monkeypatch.setattr(start_model, 'solve', counting_solve)
+    torch.manual_seed(0)
+    model = build_model(model_opt(srcnn_ckpt, layer_ckpt, target_bank={'size': 16, 'new_per_step': 2}))
+    net = model.net_g
+    hr = photo(16, 16)
+    net.eval()
+    _, its_before = solved(net, lr_of(hr))
+    net.train()
+    gaps = []
+    for it in range(60):
+        pick = torch.randperm(16)[:8]
+        model.feed_data({'lq': lr_of(hr[pick]), 'gt': hr[pick]})
+        model.optimize_parameters(it + 1)
+        gaps.append(model.log_dict['gap'])
+    assert solved_batches[:2] == [8, 8] and set(solved_batches[2:]) == {2}  # fills with whole batches, then 2
+    assert len(model.bank) == 16
+    net.eval()
+    _, its_after = solved(net, lr_of(hr))
+    print(f'gap {gaps[0]:.3f} -> {gaps[-1]:.3f}, iterations {its_before.float().mean():.1f} -> '
+          f'{its_after.float().mean():.1f}')
+    assert gaps[0] == pytest.approx(1.0, abs=1e-3)
+    assert gaps[-1] < 0.7
+    assert its_after.float().mean() < its_before.float().mean()
+
+
+def test_target_bank_keeps_the_newest_pairs_and_draws_distinct_ones():
+    from mcnet_basicsr.models.mcnet_start_model import TargetBank
+    bank = TargetBank.from_option({'size': 5, 'new_per_step': 2}, 3)
+    assert bank.new_samples(3) == 3  # filling: whole batches
+    for first in (0, 3, 6):
+        bank.add(torch.arange(first, first + 3.0).view(3, 1, 1, 1))
+    assert len(bank) == 5 and bank.new_samples(3) == 2
+    (drawn,) = bank.draw(5)
+    assert sorted(drawn.flatten().tolist()) == [4.0, 5.0, 6.0, 7.0, 8.0]  # the oldest four are gone
+    (drawn,) = bank.draw(3)
+    assert len(set(drawn.flatten().tolist())) == 3
+    with pytest.raises(ValueError, match='one size'):
+        bank.add(torch.zeros(2, 1, 2, 2))
+
+
 def test_layer_training_leaves_the_start_alone(srcnn_ckpt, layer_ckpt):
     torch.manual_seed(0)
     model = build_model(model_opt(srcnn_ckpt, layer_ckpt, model_type='MCNetModel'))
@@ -189,9 +238,13 @@ def test_layer_training_leaves_the_start_alone(srcnn_ckpt, layer_ckpt):
     ({'path': {'pretrain_network_g': None}}, 'set path.pretrain_network_g'),
     ({'train': {'jacobian_penalty': {'weight': 1.0}}}, 'fits the start only'),
     ({'train': {'target_solver': {'preset': 'no_such_preset'}}}, 'train.target_solver'),
+    ({'train': {'target_bank': {'new_per_step': 4}}}, r'give \{size: N'),
+    ({'train': {'target_bank': {'size': 0, 'new_per_step': 4}}}, 'size must be a positive integer'),
+    ({'train': {'target_bank': {'size': 8, 'new_per_step': 9}}}, r'need new_per_step \(9\) <= batch_size_per_gpu'),
 ])
 def test_start_model_refuses_bad_options(srcnn_ckpt, layer_ckpt, change, message):
     opt = model_opt(srcnn_ckpt, layer_ckpt)
+    opt['datasets'] = {'train': {'batch_size_per_gpu': 8}}
     if change.get('network_g') == 'no start':
         del opt['network_g']['start']
     elif 'train' in change:

@@ -22,6 +22,13 @@ class MCNetStartModel(MCNetModel):
     ``gap``, ``||P_S(g(x0)) - x*|| / ||x0 - x*||``: the part of the standard start's error the guess leaves (1 for
     the identity the start begins as).
 
+    ``train.target_bank: {size, new_per_step}`` keeps solved pairs ``(x0, x*)`` in a bank on the device: each step
+    solves only ``new_per_step`` samples of the batch, puts them in the bank (replacing the oldest) and takes the
+    loss on ``batch_size`` pairs drawn from it. The layer is frozen, so a pair stays exact however long it is kept;
+    the solves, most of a step's time, fall by ``batch_size / new_per_step``. The bank fills with whole batches
+    first (again after a resume: it is not part of the training state). Default: no bank (size and new_per_step
+    equal to the batch: every step solves the whole batch and learns from it).
+
     One process: the step calls the layer's pieces outside the module's forward, where DistributedDataParallel
     would not reduce the gradients; a fit takes minutes on one GPU.
     """
@@ -46,6 +53,8 @@ class MCNetStartModel(MCNetModel):
                 raise ValueError(f'train.{key} trains the layer; MCNetStartModel fits the start only (remove it).')
         if self.opt['path'].get('pretrain_network_g') is None:
             raise ValueError('MCNetStartModel fits the start of a trained layer: set path.pretrain_network_g to it.')
+        train_set = self.opt.get('datasets', {}).get('train', {})
+        self.bank = TargetBank.from_option(train.get('target_bank'), train_set.get('batch_size_per_gpu'))
         try:
             self.target_solver = SolverConfig.from_dict(dict(train.get('target_solver') or {'preset': 'train'}))
         except KeyError as err:
@@ -60,19 +69,21 @@ class MCNetStartModel(MCNetModel):
 
     def optimize_parameters(self, current_iter):
         net = self.net_g
+        batch = self.lq.shape[0]
+        new = self.bank.new_samples(batch)
         self.optimizer_g.zero_grad()
         with tf32(net.allow_tf32):
             with torch.no_grad():
-                w, _ = net.backbone_estimate(self.lq)
-                b = luma(self.lq.double()).to(w.dtype)
-                eps = net.consistency_radius(b)
-                x0 = net.operator.project(w, b, eps)
-            guess = net.operator.project(net.start(x0), b, eps)
-            with torch.no_grad():
-                # the target solve starts from the guess: the same fixed point, sooner as the start learns
-                f, z_start, _ = net.fixed_point_problem(w, b, x0=guess.detach())
+                w, _ = net.backbone_estimate(self.lq[:new])
+                b = luma(self.lq[:new].double()).to(w.dtype)
+                x0 = net.operator.project(w, b, net.consistency_radius(b))
+                # the target solve starts from the present guess: the same fixed point, sooner as the start learns
+                guess = net.operator.project(net.start(x0), b, net.consistency_radius(b))
+                f, z_start, _ = net.fixed_point_problem(w, b, x0=guess)
                 z, stats = solve(f, z_start, self.target_solver)
-                x_star = f(z)[:, :w.shape[1]]
+                self.bank.add(x0, b, f(z)[:, :w.shape[1]])
+            x0, b, x_star = self.bank.draw(batch)
+            guess = net.operator.project(net.start(x0), b, net.consistency_radius(b))
             l_pix = self.cri_pix(guess, x_star)
             l_pix.backward()
         self.optimizer_g.step()
@@ -83,3 +94,59 @@ class MCNetStartModel(MCNetModel):
                          'target_res': float(stats.residual.max())}
         if self.ema_decay > 0:
             self.model_ema(decay=self.ema_decay)
+
+
+class TargetBank:
+    """The last ``size`` solved training pairs ``(x0, b, x*)`` (Y crops, measurements, fixed points), on the device.
+
+    ``draw(n)`` returns ``n`` distinct stored pairs in random order; with as many stored as drawn, all of them.
+    """
+
+    def __init__(self, size, new_per_step):
+        self.size, self.new_per_step = size, new_per_step
+        self.store, self.count, self.next = None, 0, 0
+
+    @classmethod
+    def from_option(cls, opt, batch_size):
+        if opt is None:  # no bank: each step solves its whole batch and learns from it (sized at the first step)
+            return cls(None, None)
+        if not isinstance(opt, dict) or set(opt) - {'size', 'new_per_step'} or 'size' not in opt:
+            raise ValueError(f'train.target_bank: give {{size: N, new_per_step: k}}, got {opt!r}')
+        size, new = opt['size'], opt.get('new_per_step', batch_size)
+        for name, v in (('size', size), ('new_per_step', new)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f'train.target_bank.{name} must be a positive integer, got {v!r}')
+        if batch_size is not None and not new <= batch_size <= size:
+            raise ValueError(f'train.target_bank: need new_per_step ({new}) <= batch_size_per_gpu ({batch_size}) '
+                             f'<= size ({size}): a step draws a whole batch from the bank and solves part of one')
+        return cls(size, new)
+
+    def __len__(self):
+        return self.count
+
+    def new_samples(self, batch):
+        """How many samples of a batch of ``batch`` the next step solves."""
+        if self.size is None:
+            self.size = self.new_per_step = batch
+        if batch > self.size:
+            raise ValueError(f'train.target_bank.size ({self.size}) is smaller than the batch ({batch})')
+        return batch if self.count < self.size else min(self.new_per_step, batch)
+
+    def add(self, *tensors):
+        n = tensors[0].shape[0]
+        if self.store is None or n >= self.size:  # empty, or every stored pair is replaced
+            self.store, self.count, self.next = None, 0, 0
+            self.store = [t.new_empty((self.size, *t.shape[1:])) for t in tensors]
+        elif any(t.shape[1:] != s.shape[1:] for t, s in zip(tensors, self.store)):
+            raise ValueError(f'train.target_bank holds crops of one size ({tuple(self.store[0].shape[1:])}); got '
+                             f'{tuple(tensors[0].shape[1:])}: give the training set a fixed gt_size')
+        index = (self.next + torch.arange(n, device=tensors[0].device)) % self.size
+        for s, t in zip(self.store, tensors):
+            s[index] = t
+        self.next = (self.next + n) % self.size
+        self.count = min(self.count + n, self.size)
+
+    def draw(self, n):
+        index = torch.randperm(self.count, device=self.store[0].device)[:n]
+        return [s[index] for s in self.store]
+
