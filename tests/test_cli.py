@@ -90,7 +90,10 @@ def test_latency_benchmark_times_each_stage(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(out.read_text())
     m = rec['median']
-    assert 0 < m['import_torch_s'] < m['cli_to_file_written_s'] <= m['cli_to_exit_s']
+    # orders within one process only: a separate `import torch` process can take longer than the whole command
+    # on a loaded 2-core machine (page cache, scheduling), so it is not compared with the command's times
+    assert m['import_torch_s'] > 0 and 0 < m['cli_to_file_written_s'] <= m['cli_to_exit_s']
+    assert m['torch'] > 0 and m['model'] > 0 and m['image'] > 0  # the breakdown process did each of them
     stages = ('interpreter', 'torch', 'package', 'model', 'setup', 'image', 'image_again', 'exit')
     assert all(m[k] >= 0 for k in stages) and m['iterations'] >= 1
     assert 'breakdown' in proc.stdout
