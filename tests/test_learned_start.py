@@ -172,13 +172,12 @@ def test_fitting_the_start_cuts_iterations_and_keeps_the_layer(srcnn_ckpt, layer
 
 def test_a_target_bank_solves_part_of_each_batch_and_still_fits(srcnn_ckpt, layer_ckpt, monkeypatch):
     import mcnet_basicsr.models.mcnet_start_model as start_model
-    solved_batches = []
+    solve, solved_batches = start_model.solve, []
 
     def counting_solve(f, z, config):
         solved_batches.append(z.shape[0])
         return solve(f, z, config)
 
-    solve = start_model.solve
     monkeypatch.setattr(start_model, 'solve', counting_solve)
     torch.manual_seed(0)
     model = build_model(model_opt(srcnn_ckpt, layer_ckpt, target_bank={'size': 16, 'new_per_step': 2}))

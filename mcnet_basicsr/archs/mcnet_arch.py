@@ -346,6 +346,10 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             return self.start(x0)
         return apply_tiled(self.start, x0, tile * s, (math.ceil(len(self.start.dncnn) / s) + 1) * s)
 
+    def start_point(self, x0, b, eps, tile=None):
+        """The learned start's guess from ``x0 = P_S(w)``, projected onto S: where a solve begins."""
+        return self.operator.project(self.start_guess(x0, tile), b, eps)
+
     def optional_state_keys(self):
         """Entries of ``state_dict()`` a checkpoint may lack: the saved record, and the start's weights (a layer saved
         without a start keeps the one this arch was built with)."""
@@ -384,7 +388,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             with torch.no_grad():
                 x0 = self.operator.project(w, b, eps)
                 if self.start is not None:
-                    x0 = self.operator.project(self.start_guess(x0, tile), b, eps)
+                    x0 = self.start_point(x0, b, eps, tile)
         return self.fixed_point_map(w, b, eps, tile), torch.cat([x0, torch.zeros_like(x0)], dim=1), eps
 
     def solve(self, w, b, tile=None):

@@ -77,14 +77,15 @@ class MCNetStartModel(MCNetModel):
             with torch.no_grad():
                 w, _ = net.backbone_estimate(self.lq[:new])
                 b = luma(self.lq[:new].double()).to(w.dtype)
-                x0 = net.operator.project(w, b, net.consistency_radius(b))
+                eps = net.consistency_radius(b)
+                x0 = net.operator.project(w, b, eps)
                 # the target solve starts from the present guess: the same fixed point, sooner as the start learns
-                guess = net.operator.project(net.start(x0), b, net.consistency_radius(b))
+                guess = net.start_point(x0, b, eps)
                 f, z_start, _ = net.fixed_point_problem(w, b, x0=guess)
                 z, stats = solve(f, z_start, self.target_solver)
                 self.bank.add(x0, b, f(z)[:, :w.shape[1]])
             x0, b, x_star = self.bank.draw(batch)
-            guess = net.operator.project(net.start(x0), b, net.consistency_radius(b))
+            guess = net.start_point(x0, b, net.consistency_radius(b))
             l_pix = self.cri_pix(guess, x_star)
             l_pix.backward()
         self.optimizer_g.step()
@@ -136,7 +137,7 @@ class TargetBank:
     def add(self, *tensors):
         n = tensors[0].shape[0]
         if self.store is None or n >= self.size:  # empty, or every stored pair is replaced
-            self.store, self.count, self.next = None, 0, 0
+            self.count = self.next = 0
             self.store = [t.new_empty((self.size, *t.shape[1:])) for t in tensors]
         elif any(t.shape[1:] != s.shape[1:] for t, s in zip(tensors, self.store)):
             raise ValueError(f'train.target_bank holds crops of one size ({tuple(self.store[0].shape[1:])}); got '
