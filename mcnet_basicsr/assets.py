@@ -339,15 +339,15 @@ def missing_outputs(asset, root):
 
 # ------------------------------------------------------------------------------------ option files
 def option_inputs(opt):
-    """[(key, path)] of the files and folders an option dict reads: data roots, backbone / denoiser / network
-    weights."""
+    """[(key, path)] of the files and folders an option dict reads: data roots, backbone / denoiser / start /
+    network weights."""
     found = []
     for ds_key, ds in (opt.get('datasets') or {}).items():
         for key in ('dataroot_gt', 'dataroot_lq'):
             if isinstance(ds, dict) and ds.get(key):
                 found.append((f'datasets.{ds_key}.{key}', str(ds[key])))
     net = opt.get('network_g') or {}
-    for key in ('backbone_path', 'denoiser_path'):
+    for key in ('backbone_path', 'denoiser_path', 'start_path'):
         if net.get(key):
             found.append((f'network_g.{key}', str(net[key])))
     path_opt = opt.get('path') or {}

@@ -233,7 +233,8 @@ def restrict_datasets(opt, names, data_root=None):
 def missing_inputs(opt):
     """Paths an option file needs that are not there (weights, data)."""
     net = opt['network_g']
-    paths = [net.get('backbone_path'), net.get('denoiser_path'), opt.get('path', {}).get('pretrain_network_g')]
+    paths = [net.get(k) for k in ('backbone_path', 'denoiser_path', 'start_path')]
+    paths.append(opt.get('path', {}).get('pretrain_network_g'))
     for ds in opt['datasets'].values():
         paths += [ds.get('dataroot_gt'), ds.get('dataroot_lq')]
     return [p for p in paths if p and not osp.exists(p)]

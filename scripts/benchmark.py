@@ -72,7 +72,7 @@ def build_mcnet(backbone, weights, scale, device, quick):
         net_opt.pop('backbone_path', None)
         note = 'tiny random RCAN (quick run)'
     path_opt = dict(opt.get('path', {}))
-    for node, key in ((net_opt, 'backbone_path'), (path_opt, 'pretrain_network_g')):
+    for node, key in ((net_opt, 'backbone_path'), (net_opt, 'start_path'), (path_opt, 'pretrain_network_g')):
         if node.get(key):
             node[key] = osp.join(ROOT, node[key])
             if not osp.isfile(node[key]):

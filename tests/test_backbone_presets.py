@@ -15,7 +15,7 @@ from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 
 WEIGHTS = Path(__file__).resolve().parents[1] / 'mcnet_basicsr' / 'weights'
 # shipped layers per preset and scale (IMDN / PAN: the official backbones' weights are third-party)
-LAYERS = sorted(p.stem for p in WEIGHTS.glob('mcnet_*_x*.pth'))
+LAYERS = sorted(p.stem for p in WEIGHTS.glob('mcnet_*_x*.pth') if not p.stem.endswith('_start'))  # *_start: a start
 
 
 def _params(path):

@@ -60,3 +60,6 @@ def test_how_to_make(tmp_path, monkeypatch):
     assert how_to_make('experiments/pretrained_models/RCAN_BIX2.pth').startswith('convert your copy')
     present = {'network_g': {'denoiser_path': str(tmp_path)}, 'path': {'pretrain_network_g': None}}
     assert missing_option_inputs(present) == []
+    gone = str(tmp_path / 'start.pth')  # a learned start's weights are checked too
+    assert [entry[:2] for entry in missing_option_inputs({'network_g': {'start_path': gone}})] == [
+        ('network_g.start_path', gone)]

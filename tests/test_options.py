@@ -106,9 +106,9 @@ def test_shipped_weights_load_strictly_into_their_option_files(name):
     """The option files that name shipped weights build networks those weights fit exactly (strict loading)."""
     opt = _load(next(p for p in OPTIONS if p.name == name))
     net_opt = copy.deepcopy(opt['network_g'])
-    for key in ('backbone_path', 'denoiser_path'):
+    for key in ('backbone_path', 'denoiser_path', 'start_path'):
         if net_opt.get(key) and net_opt[key].startswith('mcnet_basicsr/weights/'):
-            net_opt[key] = str(WEIGHTS / Path(net_opt[key]).name)  # the backbone is loaded strictly by the arch
+            net_opt[key] = str(WEIGHTS / Path(net_opt[key]).name)  # loaded strictly by the arch
         elif key in net_opt:
             net_opt[key] = None
     net = ARCH_REGISTRY.get(net_opt.pop('type'))(**net_opt)  # denoiser_path: load_dncnn is strict
@@ -118,6 +118,8 @@ def test_shipped_weights_load_strictly_into_their_option_files(name):
         state = torch.load(WEIGHTS / Path(ckpt).name, map_location='cpu', weights_only=True)['params']
         result = net.load_state_dict(state, strict=True)
         assert not result.missing_keys and not result.unexpected_keys
+    if net_opt.get('start_path'):  # a fitted start, kept by the layer's loading, not the identity it begins as
+        assert net.start.dncnn[-1].weight.abs().sum() > 0
 
 
 def test_shipped_weights_stay_within_30_mb():

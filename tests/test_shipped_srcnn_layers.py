@@ -3,7 +3,8 @@
 What a user reproducing Table 2 runs: the MATLAB release converted by scripts/convert_weights.py, Set5 prepared by
 scripts/prepare_datasets.py (mod-crop, MATLAB bicubic, uint8), options/test_{srcnn,mcnet_srcnn}_x<s>.yml and
 scripts/evaluate.py. Checked per scale on Set5 'butterfly': exact consistency (eps = 0), a gain over the backbone
-alone, and both PSNRs against values recorded from this chain, so a changed layer, conversion or protocol shows up.
+alone, and both PSNRs against values recorded from this chain, so a changed layer, conversion or protocol shows up;
+and the shipped learned start of options/test_mcnet_start_srcnn_x<s>.yml: the same PSNR in fewer iterations.
 Also the official SRCNN on all of Set5 under both uint8 protocols (RGB rounded, the tables'; Y rounded, the
 literature's), tying the chain to the literature's figures.
 Needs ../shared (skipped without it). The solve runs the option files' own setting, the tables' preset (rel. residual
@@ -93,6 +94,12 @@ def test_shipped_srcnn_layer_on_butterfly(one_image_set5, scale):
     assert backbone['psnr_rgb_uint8'] == pytest.approx(REG_SRCNN[scale], abs=0.01)
     assert mcnet['residual_max'] <= 1e-6, 'the solve must reach the tables\' tolerance'
     assert mcnet['psnr_rgb_uint8'] == pytest.approx(REG_MCNET[scale], abs=0.005)
+    # the shipped learned start (options/test_mcnet_start_srcnn_x<s>.yml): the same output in fewer iterations
+    start = _run(f'test_mcnet_start_srcnn_x{scale}.yml', root, srcnn[scale], scale)
+    print(f'x{scale} from the learned start: {start["psnr_rgb_uint8"]:.4f} dB in {start["iterations"]} iterations')
+    assert start['residual_max'] <= 1e-6 and start['fidelity'] <= 1e-5
+    assert start['psnr_rgb_uint8'] == pytest.approx(mcnet['psnr_rgb_uint8'], abs=0.005)
+    assert start['iterations'] < mcnet['iterations']
 
 
 # Set5 (all five images) through evaluate.py: its protocol (the output's Y rounded to uint8), which is the one the
