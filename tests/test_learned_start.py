@@ -11,6 +11,7 @@ import pytest
 import torch
 from basicsr.archs import build_network
 from basicsr.models import build_model
+from basicsr.utils import get_root_logger
 
 from conftest import sample_photo, tiny_layer_options
 from mcnet_basicsr.archs.learned_start_arch import build_start_network, load_start_network
@@ -130,6 +131,31 @@ def test_bad_start_weights_and_options_are_refused(srcnn_ckpt, layer_ckpt, tmp_p
     torch.save({'params': net.state_dict()}, tmp_path / 'with_start.pth')
     with pytest.raises(CheckpointError, match='unexpected keys: start.'):
         layer(srcnn_ckpt, str(tmp_path / 'with_start.pth'))
+
+
+def test_a_model_loads_a_layer_checkpoint_beside_start_path_without_missing_keys(srcnn_ckpt, layer_ckpt, tmp_path,
+                                                                                   caplog):
+    """BasicSR's model loading (test.py, train.py) of a layer checkpoint without start.* entries: the start of
+    start_path stays, and the log says so instead of listing its weights as missing."""
+    torch.manual_seed(5)
+    start = build_start_network(START)
+    torch.nn.init.normal_(start.dncnn[-1].weight, std=0.05)
+    torch.save({'params': start.state_dict()}, tmp_path / 'start.pth')
+    opt = model_opt(srcnn_ckpt, layer_ckpt, model_type='MCNetModel')
+    opt['is_train'] = False
+    opt['network_g']['start_path'] = str(tmp_path / 'start.pth')
+    logger = get_root_logger()  # BasicSR's logger does not propagate to the root logger caplog listens to
+    level = logger.level
+    logger.addHandler(caplog.handler)
+    logger.setLevel('INFO')  # as train.py / test.py set it with their log file
+    try:
+        net = build_model(opt).net_g
+    finally:
+        logger.removeHandler(caplog.handler)
+        logger.setLevel(level)
+    assert all(torch.equal(net.start.state_dict()[k], v) for k, v in start.state_dict().items())
+    assert 'the learned start keeps its weights' in caplog.text
+    assert 'start.dncnn' not in caplog.text and 'Current net - loaded net' not in caplog.text
 
 
 # ------------------------------------------------------------------------------------------ training

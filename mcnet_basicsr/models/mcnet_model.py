@@ -157,6 +157,17 @@ class MCNetModel(ProtocolSRModel):
                                            find_unused_parameters=self.opt.get('find_unused_parameters', False))
         return super().model_to_device(net)
 
+    def _print_different_keys_loading(self, crt_net, load_net, strict=True):
+        # A layer checkpoint without start.* entries leaves the learned start as it is (MCNetArch's loading keeps
+        # it): say so once instead of BasicSR listing the start's weights as missing from the checkpoint. The entries
+        # added are the start's own, so loading them changes nothing.
+        bare = self.get_bare_model(crt_net)
+        if getattr(bare, 'start', None) is not None and not any(k.startswith('start.') for k in load_net):
+            get_root_logger().info('The checkpoint holds the layer alone: the learned start keeps its weights '
+                                   '(network_g.start_path, or the identity it begins as).')
+            load_net.update({f'start.{k}': v for k, v in bare.start.state_dict().items()})
+        super()._print_different_keys_loading(crt_net, load_net, strict)
+
     def get_optimizer(self, optim_type, params, lr, **kwargs):
         return build_optimizer(optim_type, params, lr, **kwargs)
 
