@@ -34,6 +34,7 @@ from basicsr.data import build_dataloader, build_dataset
 from basicsr.models import build_model
 
 from mcnet_basicsr.archs.backbone_presets_arch import backbone_type
+from mcnet_basicsr.assets import option_inputs
 from mcnet_basicsr.models.protocol_sr_model import ProtocolSRModel
 from mcnet_basicsr.utils.checkpoint import load_network
 from mcnet_basicsr.utils.images import IMG_EXT
@@ -231,13 +232,8 @@ def restrict_datasets(opt, names, data_root=None):
 
 
 def missing_inputs(opt):
-    """Paths an option file needs that are not there (weights, data)."""
-    net = opt['network_g']
-    paths = [net.get(k) for k in ('backbone_path', 'denoiser_path', 'start_path')]
-    paths.append(opt.get('path', {}).get('pretrain_network_g'))
-    for ds in opt['datasets'].values():
-        paths += [ds.get('dataroot_gt'), ds.get('dataroot_lq')]
-    return [p for p in paths if p and not osp.exists(p)]
+    """Paths an option file needs that are not there (data, weights; :func:`mcnet_basicsr.assets.option_inputs`)."""
+    return [path for _, path in option_inputs(opt) if not osp.exists(path)]
 
 
 def load_selection_option(option_path, overrides, data_root):
