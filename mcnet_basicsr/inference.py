@@ -210,7 +210,9 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
             raise UsageError(f'backbone {err}') from None
     _start_cuda_in_background(device)
     try:
-        model = build_pretrained_mcnet(scale, device='cpu', backbone_path=backbone_path, backbone=backbone)
+        # the shipped learned start was fitted to the shipped layer: another layer's solve begins at P_S(w)
+        model = build_pretrained_mcnet(scale, device='cpu', backbone_path=backbone_path, backbone=backbone,
+                                       start=weights_path is None)
     except FileNotFoundError as err:
         raise UsageError(_one_line(err)) from None
     except Exception as err:
@@ -368,8 +370,11 @@ def prepare_model(args, device, models=None):
         # oneDNN's channels-last convolutions run the denoiser, i.e. every iteration, about 1.5x faster on the CPU
         # (float32 throughout; the result moves by float32 rounding only). On the GPU float32 channels-last
         # convolutions were slower (docs/benchmarks.md). The denoiser runs once per iteration, the backbone once per
-        # image, so only the denoiser is converted.
+        # image, so only the denoiser is converted, and the learned start (eight convolutions, once per image: about
+        # 1.3 iterations' work)
         model.denoiser.to(memory_format=torch.channels_last)
+        if model.start is not None:
+            model.start.to(memory_format=torch.channels_last)
     return model
 
 

@@ -26,6 +26,11 @@ SCALES = (2, 3, 4)
 BACKBONES = tuple(BACKBONE_PRESETS)
 # backbones whose weights are third-party (a path must be given) and the scales their layers ship for
 OFFICIAL_BACKBONES = {'imdn': (3, 4), 'pan': (3, 4)}
+# Learned starts (MCNetArch's ``start``) fitted to the model built here, a shipped layer on the shipped backbone: the
+# same fixed point in fewer iterations. The SRCNN layers were trained on the official SRCNN, whose starts
+# (mcnet_srcnn_x<s>_start.pth, options/test_mcnet_start_srcnn_x*.yml) do not fit our SRCNN's outputs as well.
+START_OPTIONS = {'depth': 8, 'num_feat': 64}
+STARTS = {('srcnn', s): f'mcnet_srcnn_x{s}_mcnet_sr_start.pth' for s in SCALES}
 
 
 def weight_path(name):
@@ -81,7 +86,7 @@ def check_available(backbone, scale, backbone_path=None):
 
 
 def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, eps_rms=None, solver=None,
-                           backbone='srcnn'):
+                           backbone='srcnn', start=True):
     """MCNet (shipped layer) on a shipped backbone at ``scale``.
 
     Args:
@@ -92,8 +97,11 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         solver (dict | None): Forward solver settings over the 'fast' preset (``mcnet_basicsr.deq.PRESETS``).
         backbone (str): 'srcnn' (our SRCNN on the upsampled Y), 'rcan_compact' or 'rdn_compact' (RGB), or
             'imdn' / 'pan' (the official weights, given as ``backbone_path``; layers for x3 and x4).
+        start (bool): Begin each solve at the shipped learned start where one ships for this model (``STARTS``;
+            not with another ``backbone_path``, to whose outputs it was not fitted). The fixed point is the same.
     """
     check_available(backbone, scale, backbone_path)
+    start_file = STARTS.get((backbone, scale)) if start and backbone_path is None else None
 
     net = MCNetArch(
         backbone=backbone,
@@ -101,6 +109,8 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         operator={'type': 'bicubic', 'scale': scale},
         eps=eps,
         eps_rms=eps_rms,
-        solver={'forward': dict({'preset': 'fast'}, **(solver or {}))})
-    load_network(net, weight_path(f'mcnet_{backbone}_x{scale}.pth'))
+        solver={'forward': dict({'preset': 'fast'}, **(solver or {}))},
+        start=START_OPTIONS if start_file else None,
+        start_path=weight_path(start_file) if start_file else None)
+    load_network(net, weight_path(f'mcnet_{backbone}_x{scale}.pth'))  # a layer file: the start keeps its weights
     return net.eval().to(device)

@@ -6,7 +6,9 @@ meets it (the solvers stop there), so one solve gives every tolerance: its itera
 tables' protocol (the output's Y rounded to uint8, against the mod-cropped HR, crop = scale) of what the layer then
 returns: the map applied once more to that iterate, then the final float64 projection. Printed per set: mean
 iterations and mean PSNR difference to the tables' result per tolerance; ``--out`` writes every image's numbers as
-JSON.
+JSON. Where a learned start ships for the model (``mcnet_basicsr.pretrained.STARTS``, as ``mcnet-sr`` uses it) the
+solves begin there, and the tables' result they are scored against is the tables' setting itself, solved from the
+standard start (each row's ``reference_psnr``); ``--no-start`` sweeps the standard start.
 
     python scripts/tolerance_sweep.py --scale 2                                     # Set5 and Set14, shipped SRCNN
     python scripts/tolerance_sweep.py --scale 2 \
@@ -95,15 +97,30 @@ def sweep_image(net, lr, hr_bgr, tols):
     return row
 
 
+@torch.no_grad()
+def reference_psnr(net, lr, hr_bgr):
+    """PSNR of the tables' setting itself: ``net`` (built without a learned start) solved at the tables' preset, as
+    :func:`sweep_image` solves."""
+    w, _ = net.backbone_estimate(lr)
+    return y_uint8_metrics(net.solve(w, luma(lr.double())), hr_bgr, net.scale)[0]
+
+
 def summarise(rows, tols):
-    """Mean iterations and mean PSNR difference to the tables' result per tolerance."""
+    """Mean iterations and mean PSNR difference to the tables' result per tolerance: to the tables' setting's
+    ``reference_psnr`` where the rows have one (a learned start's own tables solve may end elsewhere by its
+    last iterations), else to the row's own tables solve."""
+    def ref(r):
+        return r.get('reference_psnr', r['tables_psnr'])
+
     out = {'tables_psnr': float(np.mean([r['tables_psnr'] for r in rows.values()])),
            'tables_iterations': float(np.mean([r['tables_iterations'] for r in rows.values()]))}
+    if all('reference_psnr' in r for r in rows.values()):
+        out['reference_psnr'] = float(np.mean([r['reference_psnr'] for r in rows.values()]))
     for tol in tols:
         key = f'{tol:g}'
         out[key] = {'iterations': float(np.mean([r[key][0] for r in rows.values()])),
                     'iterations_max': int(max(r[key][0] for r in rows.values())),
-                    'dpsnr': float(np.mean([r[key][1] - r['tables_psnr'] for r in rows.values()]))}
+                    'dpsnr': float(np.mean([r[key][1] - ref(r) for r in rows.values()]))}
     return out
 
 
@@ -112,6 +129,8 @@ def main(argv=None):
     parser.add_argument('--scale', type=int, required=True)
     parser.add_argument('--backbone', default='srcnn', help='as mcnet-sr --backbone (default srcnn)')
     parser.add_argument('--backbone-weights', default=None, help='default: the shipped backbone, as mcnet-sr')
+    parser.add_argument('--no-start', action='store_true',
+                        help='begin at P_S(w), not at the shipped learned start (where one ships for the model)')
     parser.add_argument('--datasets', nargs='+', default=['Set5', 'Set14'])
     parser.add_argument('--data-root', default='datasets')
     parser.add_argument('--tols', nargs='+', type=float, default=list(TOLS))
@@ -125,19 +144,26 @@ def main(argv=None):
     device = torch.device(args.device)
     eps_rms = None if args.backbone == 'srcnn' else default_eps_rms(args.backbone)
     net = build_pretrained_mcnet(args.scale, device=device, backbone_path=args.backbone_weights, eps_rms=eps_rms,
-                                 solver={'preset': 'tables'}, backbone=args.backbone)
+                                 solver={'preset': 'tables'}, backbone=args.backbone, start=not args.no_start)
+    # the tables' setting begins at P_S(w): with a learned start, its result is the reference the rows are scored by
+    reference = None if net.start is None else build_pretrained_mcnet(
+        args.scale, device=device, eps_rms=eps_rms, solver={'preset': 'tables'}, backbone=args.backbone, start=False)
     record = {'scale': args.scale, 'backbone': args.backbone, 'backbone_weights': args.backbone_weights or 'shipped',
+              'learned_start': net.start is not None,
               'solver': net.forward_solver.to_dict(), 'device': device_name(device), 'torch': torch.__version__,
               'sets': {}}
     for dataset in args.datasets:
         rows = {}
         for file, hr_bgr, lr in tqdm(prepared_pairs(args.data_root, dataset, args.scale, args.limit),
                                      desc=f'{dataset} x{args.scale}', file=sys.stderr):
-            rows[osp.splitext(file)[0]] = sweep_image(net, lr.to(device), hr_bgr, tols)
+            row = rows[osp.splitext(file)[0]] = sweep_image(net, lr.to(device), hr_bgr, tols)
+            if reference is not None:
+                row['reference_psnr'] = reference_psnr(reference, lr.to(device), hr_bgr)
         summary = summarise(rows, tols)
         record['sets'][dataset] = {'images': rows, 'summary': summary}
         print(f'{dataset} x{args.scale}: tables {summary["tables_psnr"]:.4f} dB in {summary["tables_iterations"]:.1f} '
-              'iterations')
+              'iterations' + (f' (from the standard start {summary["reference_psnr"]:.4f} dB, the reference below)'
+                              if 'reference_psnr' in summary else ''))
         for tol in tols:
             s = summary[f'{tol:g}']
             print(f'  tol {tol:g}: {s["iterations"]:.1f} iterations (max {s["iterations_max"]}), '

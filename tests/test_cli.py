@@ -69,7 +69,7 @@ def test_default_tolerance_is_per_shipped_layer():
     default; --tol always wins."""
     import mcnet_sr_cli
     parse = lambda *extra: mcnet_sr_cli.parse_args(['photo.png', '-o', 'out', *extra])  # noqa: E731
-    assert parse('--scale', '2').tol == 7e-6 and parse('--scale', '3').tol == 1e-5 and parse('--scale', '4').tol == 1.5e-5
+    assert parse('--scale', '2').tol == 1.5e-5 and parse('--scale', '3').tol == 1e-5 and parse('--scale', '4').tol == 1.5e-5
     for backbone in ('rcan_compact', 'rdn_compact', 'imdn', 'pan'):
         assert parse('--scale', '4', '--backbone', backbone).tol == mcnet_sr_cli.FAST_TOL
     assert parse('--scale', '3', '--backbone', 'rcan_compact').tol == 5e-5
