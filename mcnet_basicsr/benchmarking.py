@@ -52,6 +52,11 @@ CONFIGS = {
     # from a learned start (network_g.start) the solve begins nearer the fixed point, so a looser stop can keep the PSNR
     'graph_tol3e-5': {'label': 'tol 3e-5 / max 200, fp32, CUDA graphs',
                       'solver': dict(PAPER, tol=3e-5, cuda_graph=True)},
+    # the output from an extrapolated last iterate (MCNetArch's extrapolation: a fraction of (beta + rho) / beta
+    # times the residual, one more application of F): what a stop at a loose tolerance misses in slow directions
+    **{f'graph_tol{tol}_extrap{t}': {'label': f'tol {tol} / max 200, extrapolation {t}, fp32, CUDA graphs',
+                                     'solver': dict(PAPER, tol=float(tol), cuda_graph=True), 'extrapolation': t}
+       for tol in ('2e-5', '3e-5', '5e-5') for t in (0.25, 0.5)},
     # cuDNN autotuning (torch.backends.cudnn.benchmark) for this configuration only: the first DnCNN call on each new
     # image size times cuDNN's algorithms and keeps the fastest for that size. That first call is inside the image's
     # time (every Set5/Set14 image has its own size); the reference keeps cuDNN's heuristics
@@ -164,8 +169,11 @@ class configured:
         solver = dict(self.cfg['solver'])
         if self.quick:
             solver['max_iter'] = min(solver['max_iter'], 4)
-        self.saved = (self.net.forward_solver, self.net.backward_solver, self.net.backbone_dtype, self.net.allow_tf32)
+        self.saved = (self.net.forward_solver, self.net.backward_solver, self.net.backbone_dtype, self.net.allow_tf32,
+                      getattr(self.net, 'extrapolation', None))
         self.net.set_solver(forward=solver)
+        if self.saved[-1] is not None:  # an MCNet layer: every configuration says its own (default none)
+            self.net.extrapolation = self.cfg.get('extrapolation', 0.0)
         self.net.backbone_dtype = self.cfg.get('backbone_dtype')
         self.net.allow_tf32 = self.cfg.get('tf32', False)  # the arch scopes TF32 to its own forward
         if self.cfg.get('channels_last'):
@@ -178,8 +186,10 @@ class configured:
         self.autotune.__exit__(*exc)
         if self.cfg.get('channels_last'):
             self.net.to(memory_format=torch.contiguous_format)
-        (self.net.forward_solver, self.net.backward_solver, self.net.backbone_dtype,
-         self.net.allow_tf32) = self.saved
+        (self.net.forward_solver, self.net.backward_solver, self.net.backbone_dtype, self.net.allow_tf32,
+         extrapolation) = self.saved
+        if extrapolation is not None:
+            self.net.extrapolation = extrapolation
 
 
 # ---------------------------------------------------------------------------------------------- eval

@@ -98,7 +98,8 @@ def test_flops_write_markdown_and_arguments(bench, tmp_path):
 
 
 def test_configured_sets_and_restores_cudnn_autotuning():
-    """A row's cuDNN autotuning must not leak into the rows after it (the reference keeps cuDNN's heuristics)."""
+    """A row's cuDNN autotuning, TF32 or extrapolation must not leak into the rows after it (the reference keeps cuDNN's
+    heuristics and the plain output)."""
     net = torch.nn.Module()
     net.forward_solver = net.backward_solver = None
     net.backbone_dtype = None
@@ -117,5 +118,11 @@ def test_configured_sets_and_restores_cudnn_autotuning():
         with configured(net, CONFIGS['graph_tol2e-5'], quick=False):
             assert torch.backends.cudnn.benchmark is False
         assert seen[0]['tol'] == 2e-5 and seen[0]['cuda_graph'] is True
+        net.extrapolation = 0.0  # an MCNet layer's: set for its row only
+        with configured(net, CONFIGS['graph_tol5e-5_extrap0.5'], quick=False):
+            assert net.extrapolation == 0.5 and seen[-1]['tol'] == 5e-5
+        assert net.extrapolation == 0.0
+        with configured(net, CONFIGS['graph_tol2e-5'], quick=False):
+            assert net.extrapolation == 0.0
     finally:
         torch.backends.cudnn.benchmark = saved
