@@ -61,13 +61,16 @@ def sweep_image(net, lr, hr_bgr, tols):
     The solve is the layer's own (:meth:`MCNetArch.solve`, under its TF32 setting); a solve stopped at iterate
     ``z_k`` would return ``F(z_k)``'s image part through :meth:`MCNetArch.consistent_output`, scored here. Only the
     ``F(z_k)`` at which the residual first meets each tolerance is kept (the solver's own residual,
-    :func:`~mcnet_basicsr.deq.fixed_point_residual`), not all of them: up to 300 image-sized tensors otherwise.
+    :func:`~mcnet_basicsr.deq.fixed_point_residual`), not all of them: up to 300 image-sized tensors otherwise. With
+    the net's ``extrapolation`` set, a stopped solve returns F at the extrapolated iterate instead, scored likewise;
+    the tables' solve itself is not extrapolated.
     """
     w, _ = net.backbone_estimate(lr)
     b = luma(lr.double())
     stop, channels = net.forward_solver.stop, w.shape[1]
     pending = sorted(tols, reverse=True)  # the residual meets the largest tolerance first
-    first = {}  # tol -> (k, image part of F(z_k)) at the first iterate z_k whose residual meets tol
+    first = {}  # tol -> (k, image part of F(z_k), or (z_k, F(z_k)) to extrapolate) at the first z_k that meets tol
+    extrapolation = net.extrapolation
     evaluation = itertools.count()
 
     def observe(z, fz):
@@ -76,10 +79,14 @@ def sweep_image(net, lr, hr_bgr, tols):
             return
         r = float(fixed_point_residual(fz.reshape(len(fz), -1), z.reshape(len(z), -1), stop)[0])
         while pending and r <= pending[0]:
-            first[pending.pop(0)] = (k, fz[:, :channels].clone())
+            first[pending.pop(0)] = (k, (z.clone(), fz.clone()) if extrapolation else fz[:, :channels].clone())
 
-    with observed_fixed_point_map(net, observe):
-        out = net.solve(w, b)
+    net.extrapolation = 0.0  # the tables' solve plain; ``extrapolation`` (the net's) scores the stopped solves
+    try:
+        with observed_fixed_point_map(net, observe):
+            out = net.solve(w, b)
+    finally:
+        net.extrapolation = extrapolation
     stats, eps = net.last_stats['forward'], net.last_stats['eps']
     n = int(stats.iterations[0])  # evaluations after the n-th one (the output's) are not the solver's
     scale = net.scale
@@ -93,6 +100,8 @@ def sweep_image(net, lr, hr_bgr, tols):
         if k >= n:  # never met within the tables' solve: a solve at tol runs as long and returns the same
             row[f'{tol:g}'] = [n, row['tables_psnr']]
         else:
+            if extrapolation:  # the output of the extrapolated iterate (MCNetArch.extrapolation): F once more
+                image = net.fixed_point_map(w, b.to(w.dtype), eps)(net.extrapolated_iterate(*image))[:, :channels]
             row[f'{tol:g}'] = [k + 1, psnr(net.consistent_output(image, b, eps))]
     return row
 
@@ -123,6 +132,9 @@ def main(argv=None):
     parser.add_argument('--backbone-weights', default=None, help='default: the shipped backbone, as mcnet-sr')
     parser.add_argument('--no-start', action='store_true',
                         help='begin at P_S(w), not at the shipped learned start (where one ships for the model)')
+    parser.add_argument('--extrapolation', type=float, default=0.0,
+                        help="score the layer's output with this extrapolation (MCNetArch's option; one more "
+                             'application of the map than the iterations reported)')
     parser.add_argument('--datasets', nargs='+', default=['Set5', 'Set14'])
     parser.add_argument('--data-root', default='datasets')
     parser.add_argument('--tols', nargs='+', type=float, default=list(TOLS))
@@ -132,16 +144,19 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if any(not t > 0 for t in args.tols):
         parser.error('--tols must be positive')
+    if not args.extrapolation >= 0:
+        parser.error('--extrapolation must be >= 0')
     tols = sorted(set(args.tols), reverse=True)
     device = torch.device(args.device)
     eps_rms = None if args.backbone == 'srcnn' else default_eps_rms(args.backbone)
     net = build_pretrained_mcnet(args.scale, device=device, backbone_path=args.backbone_weights, eps_rms=eps_rms,
                                  solver={'preset': 'tables'}, backbone=args.backbone, start=not args.no_start)
+    net.extrapolation = args.extrapolation
     # the tables' setting begins at P_S(w): with a learned start, its result is the reference the rows are scored by
     reference = None if net.start is None else build_pretrained_mcnet(
         args.scale, device=device, eps_rms=eps_rms, solver={'preset': 'tables'}, backbone=args.backbone, start=False)
     record = {'scale': args.scale, 'backbone': args.backbone, 'backbone_weights': args.backbone_weights or 'shipped',
-              'learned_start': net.start is not None,
+              'learned_start': net.start is not None, 'extrapolation': args.extrapolation,
               'solver': net.forward_solver.to_dict(), 'device': device_name(device), 'torch': torch.__version__,
               'sets': {}}
     for dataset in args.datasets:

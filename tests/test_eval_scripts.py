@@ -290,6 +290,30 @@ def test_tolerance_sweep_matches_real_solves(data_root, tmp_path):
     assert abs(summary['1e-06']['dpsnr']) < 0.01 and summary['0.001']['iterations'] < summary['tables_iterations']
 
 
+def test_tolerance_sweep_scores_the_extrapolated_output(data_root):
+    """With --extrapolation a row is what the layer returns with that extrapolation when solved at the tolerance;
+    the tables' row stays the plain tables' solve."""
+    from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
+    from mcnet_basicsr.pretrained import build_pretrained_mcnet
+    from mcnet_basicsr.tolerance_sweep import prepared_pairs
+    from mcnet_basicsr.utils.color import luma
+    sweep = load_script('tolerance_sweep')
+    args = ['--scale', '2', '--datasets', 'Set5', '--data-root', str(data_root), '--tols', '1e-3', '--limit', '1']
+    plain, extrapolated = sweep.main(args), sweep.main(args + ['--extrapolation', '0.25'])
+    assert extrapolated['extrapolation'] == 0.25
+    (name, row), = extrapolated['sets']['Set5']['images'].items()
+    plain_row = plain['sets']['Set5']['images'][name]
+    assert row['tables_psnr'] == plain_row['tables_psnr'] and row['0.001'][0] == plain_row['0.001'][0]
+    assert row['0.001'][1] != plain_row['0.001'][1]
+    file, _, lr = prepared_pairs(str(data_root), 'Set5', 2, 1)[0]
+    net = build_pretrained_mcnet(2, solver={'preset': 'tables', 'tol': 1e-3})
+    net.extrapolation = 0.25
+    with torch.no_grad():
+        psnr = y_uint8_metrics(luma(net(lr).double()), cv2.imread(str(data_root / 'Set5' / 'HR_mod2' / file)), 2)[0]
+    assert int(net.last_stats['forward'].iterations[0]) == row['0.001'][0]
+    assert psnr == pytest.approx(row['0.001'][1], abs=2e-3)  # the RGB round trip may move a Y level
+
+
 def test_tolerance_sweep_explains_missing_data(tmp_path):
     sweep = load_script('tolerance_sweep')
     with pytest.raises(SystemExit, match='prepare_datasets'):

@@ -430,8 +430,8 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         f, z0, eps = self.fixed_point_problem(w, b, tile)
         keeper = IterateKeeper(f, self.keep_iterates) if self.keep_iterates and torch.is_grad_enabled() else None
         if self.extrapolation and not torch.is_grad_enabled():
-            z, fwd_stats = self._extrapolated_solve(f, z0)
-            bwd = BackwardStatsHolder()  # no backward without grad, as implicit_fixed_point's empty holder
+            z_k, fwd_stats = solve(f, z0, self.forward_solver)
+            z, bwd = f(self.extrapolated_iterate(z_k, f(z_k))), BackwardStatsHolder()  # no backward without grad
         else:
             z, fwd_stats, bwd = implicit_fixed_point(keeper or f, z0, self.forward_solver, self.backward_solver)
         self.last_stats = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
@@ -445,11 +445,10 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                                   'cbcr': None}
         return self.consistent_output(z[:, :w.shape[1]], b_exact, eps)
 
-    def _extrapolated_solve(self, f, z0):
-        """``(F(z + t (F(z) - z)), stats)`` for the iterate ``z`` the forward solve stops at (``extrapolation``)."""
-        z, stats = solve(f, z0, self.forward_solver)
-        step = self.extrapolation * (float(self.beta) + self.rho) / float(self.beta)
-        return f(torch.lerp(z, f(z), step)), stats
+    def extrapolated_iterate(self, z, fz):
+        """``z + t (beta + rho) / beta (F(z) - z)``, ``t = extrapolation``: where the output comes from when a solve
+        stops at ``z`` (``fz = F(z)``)."""
+        return torch.lerp(z, fz, self.extrapolation * (float(self.beta) + self.rho) / float(self.beta))
 
     def consistent_output(self, x, b, eps):
         """The layer's output from the image part ``x`` of ``F(z)``: ``x`` projected once more in float64.
