@@ -4,8 +4,8 @@ Usage::
 
     mcnet-sr INPUT... -o OUTDIR --scale {2,3,4} [--backbone {srcnn,rcan_compact,rdn_compact,imdn,pan}]
              [--backbone-weights PATH] [--weights PATH]
-             [--eps-rms X] [--iters N] [--tol T] [--device auto|cpu|cuda] [--no-cuda-graph] [--threads N]
-             [--tile N] [--compare] [--gt PATH_OR_DIR] [--force]
+             [--eps-rms X] [--iters N] [--tol T] [--extrapolation T] [--device auto|cpu|cuda] [--no-cuda-graph]
+             [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force]
     python -m mcnet_basicsr.inference ...
 
 The options and their checks live in :mod:`mcnet_sr_cli` (standard library only), so ``--help`` and a bad
@@ -366,6 +366,7 @@ def prepare_model(args, device, models=None):
     # the tiled denoiser is kept eager (its loop over tiles is not part of what the graph tests cover)
     model.set_solver(forward={'preset': 'fast', 'tol': args.tol, 'max_iter': args.iters,
                               'cuda_graph': not args.no_cuda_graph and args.tile is None})
+    model.extrapolation = args.extrapolation
     if device.type == 'cpu':
         # oneDNN's channels-last convolutions run the denoiser, i.e. every iteration, about 1.5x faster on the CPU
         # (float32 throughout; the result moves by float32 rounding only). On the GPU float32 channels-last

@@ -66,17 +66,24 @@ def test_constants_agree_with_the_package():
 
 def test_default_tolerance_is_per_shipped_layer():
     """Layers that stop short at the fast preset's 1e-4 (SRCNN by 0.1 dB, compact RCAN x3 by 0.012) get a tighter
-    default; --tol always wins."""
+    default, the SRCNN layers an extrapolated output too; --tol and --extrapolation always win."""
     import mcnet_sr_cli
     parse = lambda *extra: mcnet_sr_cli.parse_args(['photo.png', '-o', 'out', *extra])  # noqa: E731
-    assert parse('--scale', '2').tol == 1.5e-5 and parse('--scale', '3').tol == 1e-5 and parse('--scale', '4').tol == 1.5e-5
+    assert [parse('--scale', s).tol for s in '234'] == [2e-5, 1.5e-5, 2e-5]
+    assert [parse('--scale', s).extrapolation for s in '234'] == [0.25, 0.5, 0.5]
     for backbone in ('rcan_compact', 'rdn_compact', 'imdn', 'pan'):
-        assert parse('--scale', '4', '--backbone', backbone).tol == mcnet_sr_cli.FAST_TOL
+        args = parse('--scale', '4', '--backbone', backbone)
+        assert args.tol == mcnet_sr_cli.FAST_TOL and args.extrapolation == 0
     assert parse('--scale', '3', '--backbone', 'rcan_compact').tol == 5e-5
     assert parse('--scale', '2', '--tol', '1e-3').tol == 1e-3
+    assert parse('--scale', '2', '--extrapolation', '0').extrapolation == 0
     with pytest.raises(mcnet_sr_cli.UsageError, match='--tol'):
         parse('--scale', '2', '--tol', '0')
-    assert set(mcnet_sr_cli.DEFAULT_TOL) <= {(b, s) for b in mcnet_sr_cli.BACKBONES for s in mcnet_sr_cli.SCALES}
+    for bad in ('-0.5', 'nan', 'inf'):
+        with pytest.raises(mcnet_sr_cli.UsageError, match='--extrapolation'):
+            parse('--scale', '2', '--extrapolation', bad)
+    for table in (mcnet_sr_cli.DEFAULT_TOL, mcnet_sr_cli.DEFAULT_EXTRAPOLATION):
+        assert set(table) <= {(b, s) for b in mcnet_sr_cli.BACKBONES for s in mcnet_sr_cli.SCALES}
 
 
 @pytest.mark.slow  # three fresh processes that import torch

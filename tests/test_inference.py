@@ -259,6 +259,8 @@ def test_cpu_model_runs_the_denoiser_channels_last():
     model = prepare_model(args, cpu, models={})
     reference = get_model(2, cpu)
     reference.set_solver(forward={'preset': 'fast', 'tol': 1e-4})
+    reference.extrapolation = args.extrapolation  # the command's default for this layer
+    assert model.extrapolation == 0.25
     convs = list(model.denoiser.sn_convs())
     assert all(m.weight.is_contiguous(memory_format=torch.channels_last) and not m.weight.is_contiguous()
                for m in convs if m.weight.shape[1] > 1)
