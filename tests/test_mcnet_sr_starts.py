@@ -51,8 +51,8 @@ def _solve(scale, lr, hr_bgr, start, tol):
 @pytest.mark.parametrize('scale', (2, 3))
 def test_start_reaches_the_same_output_in_fewer_iterations(scale):
     """astronaut, HR 168 x 168: at the tables' setting (1e-6) both starts give the same PSNR (measured within 0.003
-    dB); at mcnet-sr's default tolerance the start needs at least a fifth fewer iterations (measured 23 against 36 at
-    x2, 43 against 58 at x3). x4 is left out: its tables' solves stop at 300 iterations short of 1e-6 on this photo."""
+    dB); at mcnet-sr's default tolerance the start needs at least a fifth fewer iterations (measured 20 against 32 at
+    x2, 33 against 47 at x3). x4 is left out: its tables' solves stop at 300 iterations short of 1e-6 on this photo."""
     hr = torch.from_numpy(sample_photo('astronaut', SIZE)).permute(2, 0, 1)[None].double() / 255.0
     lr = (build_operator({'type': 'bicubic', 'scale': scale})(hr).clamp(0, 1) * 255.0).round().float() / 255.0
     hr_bgr = np.round(hr[0].permute(1, 2, 0).numpy()[:, :, ::-1] * 255.0).astype(np.uint8)
