@@ -181,7 +181,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             more application of F. Where the denoiser leaves the image as it is and the projection does not act, the
             map contracts the error by ``rho / (beta + rho)`` per iteration, so there the remaining error is
             ``(beta + rho) / beta`` times the residual; with a small beta (the SRCNN layers) that is most of what a
-            solve stopped at a loose tolerance still misses. A fraction of the full step (0.4-0.6) keeps the
+            solve stopped at a loose tolerance still misses. A fraction of the full step (0.25-0.5) keeps the
             overshoot in faster directions small. The fixed point is unchanged: at it F(z) = z. Default: 0 (the
             output comes from ``z``).
     """
