@@ -170,10 +170,9 @@ class configured:
         if self.quick:
             solver['max_iter'] = min(solver['max_iter'], 4)
         self.saved = (self.net.forward_solver, self.net.backward_solver, self.net.backbone_dtype, self.net.allow_tf32,
-                      getattr(self.net, 'extrapolation', None))
+                      self.net.extrapolation)
         self.net.set_solver(forward=solver)
-        if self.saved[-1] is not None:  # an MCNet layer: every configuration says its own (default none)
-            self.net.extrapolation = self.cfg.get('extrapolation', 0.0)
+        self.net.extrapolation = self.cfg.get('extrapolation', 0.0)  # every configuration says its own (default none)
         self.net.backbone_dtype = self.cfg.get('backbone_dtype')
         self.net.allow_tf32 = self.cfg.get('tf32', False)  # the arch scopes TF32 to its own forward
         if self.cfg.get('channels_last'):
@@ -187,9 +186,7 @@ class configured:
         if self.cfg.get('channels_last'):
             self.net.to(memory_format=torch.contiguous_format)
         (self.net.forward_solver, self.net.backward_solver, self.net.backbone_dtype, self.net.allow_tf32,
-         extrapolation) = self.saved
-        if extrapolation is not None:
-            self.net.extrapolation = extrapolation
+         self.net.extrapolation) = self.saved
 
 
 # ---------------------------------------------------------------------------------------------- eval

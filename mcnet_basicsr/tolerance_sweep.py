@@ -95,13 +95,14 @@ def sweep_image(net, lr, hr_bgr, tols):
         return y_uint8_metrics(x, hr_bgr, scale)[0]
 
     row = {'tables_iterations': n, 'tables_psnr': psnr(out)}
+    f = net.fixed_point_map(w, b.to(w.dtype), eps) if extrapolation else None  # the map the extrapolated outputs need
     for tol in tols:
         k, image = first.get(tol, (n, None))
         if k >= n:  # never met within the tables' solve: a solve at tol runs as long and returns the same
             row[f'{tol:g}'] = [n, row['tables_psnr']]
         else:
             if extrapolation:  # the output of the extrapolated iterate (MCNetArch.extrapolation): F once more
-                image = net.fixed_point_map(w, b.to(w.dtype), eps)(net.extrapolated_iterate(*image))[:, :channels]
+                image = f(net.extrapolated_iterate(*image))[:, :channels]
             row[f'{tol:g}'] = [k + 1, psnr(net.consistent_output(image, b, eps))]
     return row
 

@@ -104,6 +104,7 @@ def test_configured_sets_and_restores_cudnn_autotuning():
     net.forward_solver = net.backward_solver = None
     net.backbone_dtype = None
     net.allow_tf32 = False
+    net.extrapolation = 0.0
     seen = []
     net.set_solver = lambda forward: seen.append(forward)
     saved = torch.backends.cudnn.benchmark
@@ -118,7 +119,6 @@ def test_configured_sets_and_restores_cudnn_autotuning():
         with configured(net, CONFIGS['graph_tol2e-5'], quick=False):
             assert torch.backends.cudnn.benchmark is False
         assert seen[0]['tol'] == 2e-5 and seen[0]['cuda_graph'] is True
-        net.extrapolation = 0.0  # an MCNet layer's: set for its row only
         with configured(net, CONFIGS['graph_tol5e-5_extrap0.5'], quick=False):
             assert net.extrapolation == 0.5 and seen[-1]['tol'] == 5e-5
         assert net.extrapolation == 0.0
