@@ -104,6 +104,21 @@ def test_anderson_graph_matches_eager(n, m, dtype):
 
 
 @needs_cuda
+@pytest.mark.parametrize('solver', [anderson_solve, fixed_point_solve])
+def test_graph_keeps_the_image_of_the_returned_iterate(solver):
+    """``with_image`` with replayed iterations: the image kept inside the graphs is f at the returned iterate, and
+    it is the eager loop's."""
+    f = _mixed_difficulty_map(5, 24, torch.float64, seed=3, device='cuda')
+    z0 = torch.zeros(5, 24, dtype=torch.float64, device='cuda')
+    z_g, fz_g, st_g = solver(f, z0, tol=1e-9, max_iter=40, cuda_graph=True, with_image=True)
+    z_e, fz_e, st_e = solver(f, z0, tol=1e-9, max_iter=40, with_image=True)
+    assert st_g.cuda_graph
+    _compare(z_g, st_g, z_e, st_e, rtol=1e-9)
+    assert torch.allclose(fz_g, f(z_g), rtol=1e-12, atol=1e-14)
+    assert torch.allclose(fz_g, fz_e, rtol=1e-9, atol=1e-14)
+
+
+@needs_cuda
 def test_graph_with_convolutions_and_fixed_point():
     """A DnCNN map on an image batch, Anderson and plain iteration."""
     from mcnet_basicsr.archs.dncnn_arch import DnCNN

@@ -380,3 +380,61 @@ def test_stop_modes_and_dispatch():
     z_a, s_a = solve(f, z0, SolverConfig(solver='anderson', stop='abs', tol=1e-6, max_iter=1000))
     assert float(_true_residual(f, z_a, 'abs').max()) <= 1e-6
     assert bool((s_a.iterations < s_abs.iterations).all())
+
+
+@pytest.mark.parametrize('solver', ['anderson', 'fixed_point'])
+def test_with_image_returns_f_at_the_returned_iterate(solver):
+    """``with_image``: f at the returned iterate as the solver evaluated it (bit for bit what f gives there), per
+    sample: one frozen early, one whose best iterate is not its last (an expansive map); no extra evaluation."""
+    d = 30
+    W = _sym_contraction(d, 1.0, seed=4)
+    W_expansive = _scaled(torch.randn(d, d, dtype=DT, generator=_gen(2)), 3.0)
+    b = torch.randn(3, d, dtype=DT, generator=_gen(5))
+    calls = []
+
+    def f(z):
+        calls.append(1)
+        out = torch.tanh(torch.tensor([[0.97], [0.3], [0.0]], dtype=DT) * (z @ W.T) + b)
+        out[2:] = torch.tanh(z[2:] @ W_expansive.T + b[2:])
+        return out
+
+    cfg = SolverConfig(solver=solver, tol=1e-8, max_iter=30)
+    z, fz, st = solve(f, torch.zeros(3, d, dtype=DT), cfg, with_image=True)
+    assert len(calls) == st.nfe == 30
+    assert bool(st.converged[1]) and int(st.iterations[1]) < st.nfe  # frozen early
+    assert int(torch.stack(st.trace)[:, 2].argmin()) < st.nfe - 1  # best iterate before the last
+    assert torch.equal(fz, f(z))
+    z_plain, st_plain = solve(f, torch.zeros(3, d, dtype=DT), cfg)
+    assert torch.equal(z, z_plain) and torch.equal(st.iterations, st_plain.iterations)
+
+
+def test_with_image_when_no_residual_was_finite():
+    """A sample whose every residual is NaN keeps z0 as its iterate; its image is then f(z0) computed after the
+    solve (the iterations never kept one), the other samples' images are the solver's."""
+    def f(z):
+        out = 0.5 * z + 1.0
+        out[0] = float('nan')
+        return out
+
+    z, fz, st = anderson_solve(f, torch.zeros(2, 4, dtype=DT), tol=1e-10, max_iter=50, with_image=True)
+    assert torch.equal(z[0], torch.zeros(4, dtype=DT)) and bool(torch.isnan(fz[0]).all())
+    assert bool(st.converged[1]) and torch.equal(fz[1], f(z)[1])
+
+
+def test_implicit_without_grad_evaluates_f_only_in_the_solve():
+    """Under no_grad the layer's output f(z*) is the solver's own evaluation at z*: nfe evaluations in all (with grad
+    one more, differentiable), and the same output as one more application of f."""
+    P = _Problem()
+    calls = []
+    base = P.f_of(P.W, P.U, P.x, P.c)
+
+    def f(z):
+        calls.append(1)
+        return base(z)
+
+    cfg = SolverConfig(solver='anderson', tol=1e-10, max_iter=100)
+    with torch.no_grad():
+        z_out, st, holder = implicit_fixed_point(f, torch.zeros(P.n, P.d, dtype=DT), cfg)
+    assert len(calls) == st.nfe and not holder.enabled
+    z_star, _ = solve(f, torch.zeros(P.n, P.d, dtype=DT), cfg)
+    assert torch.equal(z_out, f(z_star))

@@ -430,8 +430,8 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         f, z0, eps = self.fixed_point_problem(w, b, tile)
         keeper = IterateKeeper(f, self.keep_iterates) if self.keep_iterates and torch.is_grad_enabled() else None
         if self.extrapolation and not torch.is_grad_enabled():
-            z_k, fwd_stats = solve(f, z0, self.forward_solver)
-            z, bwd = f(self.extrapolated_iterate(z_k, f(z_k))), BackwardStatsHolder()  # no backward without grad
+            z_k, fz_k, fwd_stats = solve(f, z0, self.forward_solver, with_image=True)
+            z, bwd = f(self.extrapolated_iterate(z_k, fz_k)), BackwardStatsHolder()  # no backward without grad
         else:
             z, fwd_stats, bwd = implicit_fixed_point(keeper or f, z0, self.forward_solver, self.backward_solver)
         self.last_stats = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}

@@ -8,7 +8,9 @@ Forward: ``z* = solve(f, z0)`` under ``no_grad`` (no graph through the solve,
 so memory does not depend on the number of iterations), then ONE
 differentiable application ``z_out = f(z*)`` with ``z*`` a fresh detached
 leaf. Returning ``f(z*)`` (not ``z*``) lets the last operation of the layer be
-``f``'s own last operation (e.g. a projection).
+``f``'s own last operation (e.g. a projection). Without grad there is nothing
+to differentiate: ``f(z*)`` is then the solver's own evaluation at ``z*``
+(``solve(..., with_image=True)``), not one more.
 
 Backward: a hook on ``z_out`` receives ``g = dl/dz_out`` and solves
 ``s = J^T s + g`` (``J = df/dz`` at ``z*``) with the backward solver, using
@@ -86,7 +88,8 @@ def implicit_fixed_point(f: Fn, z0: torch.Tensor, forward: Optional[SolverConfig
     carries the implicit backward described in the module docstring and
     ``bwd_holder.stats`` is set when it runs. Otherwise (eval / ``no_grad`` /
     nothing requires grad) ``z_out = f(z*)`` without a graph and the holder
-    stays empty. ``backward`` defaults to ``forward`` (without ``cuda_graph``,
+    stays empty; under ``no_grad`` it is the solver's last evaluation at ``z*``, so
+    the solve costs no evaluation of ``f`` beyond its iterations. ``backward`` defaults to ``forward`` (without ``cuda_graph``,
     which a backward solve must not set); ``forward`` to ``SolverConfig()``.
     """
     fwd = SolverConfig() if forward is None else forward
@@ -99,10 +102,11 @@ def implicit_fixed_point(f: Fn, z0: torch.Tensor, forward: Optional[SolverConfig
     else:
         bwd = backward
     holder = BackwardStatsHolder()
+    if not torch.is_grad_enabled():
+        _, z_out, fwd_stats = solve(f, z0.detach(), fwd, with_image=True)
+        return z_out, fwd_stats, holder
     with torch.no_grad():
         z_star, fwd_stats = solve(f, z0.detach(), fwd)
-    if not torch.is_grad_enabled():
-        return f(z_star), fwd_stats, holder
 
     z_star = z_star.detach().requires_grad_()
     z_out = f(z_star)

@@ -9,7 +9,10 @@ Both solvers:
   tensors, but the frozen rows are fed back unchanged);
 * return the BEST iterate per sample: the iterate ``z_k`` (the input of ``f``,
   not its image ``f(z_k)``) with the lowest residual ``||f(z_k) - z_k||`` seen;
-  for a converged sample this is the iterate at which it converged;
+  for a converged sample this is the iterate at which it converged. With
+  ``with_image`` they also return ``f(z_k)`` as they evaluated it, so that a
+  caller whose result is ``f(z*)`` (an implicit layer's output) does not
+  evaluate ``f`` once more;
 * run under ``torch.no_grad()``; work on any device and floating dtype;
 * sync with the host once per iteration (the batch-wide early exit); all
   per-sample state (masks, counts, best iterate, Anderson history) stays on the
@@ -20,7 +23,7 @@ Both solvers:
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional
 
 import torch
 
@@ -194,7 +197,7 @@ def _capture(fn, res: _CaptureResources):
 
 
 def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _Step,
-         cuda_graph: bool = False) -> Tuple[torch.Tensor, SolverStats]:
+         cuda_graph: bool = False, with_image: bool = False):
     """Shared loop: evaluate ``f``, book-keep per sample, propose the next iterate with ``step``.
 
     Every piece of state lives in a tensor allocated up front and is updated in place, so the two
@@ -213,7 +216,10 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
 
     One host sync per iteration (the batch-wide "all converged" exit, needed to know whether to
     evaluate ``f`` again); the per-sample masks stay on the device. The flag is posted before the
-    step is enqueued, so the GPU runs the step while the host waits for the flag."""
+    step is enqueued, so the GPU runs the step while the host waits for the flag.
+
+    Returns ``(z, stats)``, or ``(z, f(z), stats)`` with ``with_image``: ``f(z)`` is kept with the best
+    iterate during the iterations (one more copy per iteration instead of one more evaluation of ``f``)."""
     _check_stop(stop)
     if max_iter < 1:
         raise ValueError(f'max_iter must be >= 1, got {max_iter}')
@@ -224,6 +230,7 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
     x = z0.detach().reshape(n, -1).clone()
     dev = x.device
     best_x = x.clone()
+    best_fx = x.clone() if with_image else None  # f(best_x), from the evaluation that made it the best
     best_res = torch.full((n,), float('inf'), dtype=x.dtype, device=dev)
     converged = torch.zeros(n, dtype=torch.bool, device=dev)
     iterations = torch.full((n,), max_iter, dtype=torch.long, device=dev)
@@ -240,6 +247,8 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
         active = ~converged
         improve = active & (res < best_res)  # NaN residuals never improve
         best_x.copy_(torch.where(improve[:, None], x, best_x))
+        if best_fx is not None:
+            best_fx.copy_(torch.where(improve[:, None], fx, best_fx))
         best_res.copy_(torch.where(improve, res, best_res))
         newly = active & (res <= tol)
         converged.logical_or_(newly)
@@ -282,19 +291,25 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
             break
     stats = SolverStats(iterations=iterations, residual=best_res, converged=converged,
                         trace=list(trace[:nfe].unbind(0)), nfe=nfe, cuda_graph=g_eval is not None)
-    return best_x.reshape(shape), stats
+    if best_fx is None:
+        return best_x.reshape(shape), stats
+    never = ~torch.isfinite(best_res)  # every residual NaN: best_x is z0, whose image was never kept
+    if bool(never.any()):
+        best_fx = torch.where(never[:, None], f(best_x.view(shape)).reshape(n, -1), best_fx)
+    return best_x.reshape(shape), best_fx.reshape(shape), stats
 
 
 @torch.no_grad()
 def fixed_point_solve(f: Fn, z0: torch.Tensor, tol: float = _D.tol, max_iter: int = _D.max_iter,
-                      stop: str = _D.stop, cuda_graph: bool = _D.cuda_graph) -> Tuple[torch.Tensor, SolverStats]:
+                      stop: str = _D.stop, cuda_graph: bool = _D.cuda_graph, with_image: bool = False):
     """Plain iteration ``z <- f(z)`` with per-sample stopping.
 
     Returns ``(z, stats)``: ``z`` has ``z0``'s shape and holds, per sample, the
-    iterate with the lowest residual (see module docstring). ``cuda_graph``: see
+    iterate with the lowest residual (see module docstring); with ``with_image``
+    ``(z, f(z), stats)``. ``cuda_graph``: see
     :class:`~mcnet_basicsr.deq.config.SolverConfig`.
     """
-    return _run(f, z0, tol, max_iter, stop, _Step(), cuda_graph)
+    return _run(f, z0, tol, max_iter, stop, _Step(), cuda_graph, with_image)
 
 
 class _AndersonStep(_Step):
@@ -347,7 +362,7 @@ class _AndersonStep(_Step):
 @torch.no_grad()
 def anderson_solve(f: Fn, z0: torch.Tensor, m: int = _D.m, lam: float = _D.lam, mixing: float = _D.mixing,
                    tol: float = _D.tol, max_iter: int = _D.max_iter, stop: str = _D.stop,
-                   cuda_graph: bool = _D.cuda_graph) -> Tuple[torch.Tensor, SolverStats]:
+                   cuda_graph: bool = _D.cuda_graph, with_image: bool = False):
     """Anderson acceleration (type II) for ``z = f(z)``, per-sample.
 
     With the last ``n = min(k+1, m)`` iterates ``x_i`` and images ``f(x_i)``,
@@ -366,7 +381,8 @@ def anderson_solve(f: Fn, z0: torch.Tensor, m: int = _D.m, lam: float = _D.lam, 
     full (see :class:`~mcnet_basicsr.deq.config.SolverConfig`).
 
     Returns ``(z, stats)``: ``z`` has ``z0``'s shape and holds, per sample, the
-    iterate ``z_k`` with the lowest residual (not its image ``f(z_k)``).
+    iterate ``z_k`` with the lowest residual (not its image ``f(z_k)``); with
+    ``with_image``, ``(z, f(z), stats)``.
     """
     if m < 1:
         raise ValueError(f'm must be >= 1, got {m}')
@@ -374,17 +390,19 @@ def anderson_solve(f: Fn, z0: torch.Tensor, m: int = _D.m, lam: float = _D.lam, 
         raise ValueError(f'lam must be >= 0, got {lam}')
     if not 0 < mixing <= 1:
         raise ValueError(f'mixing must be in (0, 1], got {mixing}')
-    return _run(f, z0, tol, max_iter, stop, _AndersonStep(m, lam, mixing), cuda_graph)
+    return _run(f, z0, tol, max_iter, stop, _AndersonStep(m, lam, mixing), cuda_graph, with_image)
 
 
-def solve(f: Fn, z0: torch.Tensor, config: Optional[SolverConfig] = None) -> Tuple[torch.Tensor, SolverStats]:
-    """Dispatch on ``config.solver`` (default config when ``None``)."""
+def solve(f: Fn, z0: torch.Tensor, config: Optional[SolverConfig] = None, with_image: bool = False):
+    """Dispatch on ``config.solver`` (default config when ``None``): ``(z, stats)``, or ``(z, f(z), stats)`` with
+    ``with_image``."""
     c = SolverConfig() if config is None else config
     if c.solver == 'anderson':
         return anderson_solve(f, z0, m=c.m, lam=c.lam, mixing=c.mixing, tol=c.tol, max_iter=c.max_iter, stop=c.stop,
-                              cuda_graph=c.cuda_graph)
+                              cuda_graph=c.cuda_graph, with_image=with_image)
     if c.solver == 'fixed_point':
-        return fixed_point_solve(f, z0, tol=c.tol, max_iter=c.max_iter, stop=c.stop, cuda_graph=c.cuda_graph)
+        return fixed_point_solve(f, z0, tol=c.tol, max_iter=c.max_iter, stop=c.stop, cuda_graph=c.cuda_graph,
+                                 with_image=with_image)
     raise ValueError(f"unknown solver {c.solver!r}; expected 'anderson' or 'fixed_point'")
 
 
