@@ -52,6 +52,8 @@ CONFIGS = {
     # from a learned start (network_g.start) the solve begins nearer the fixed point, so a looser stop can keep the PSNR
     'graph_tol3e-5': {'label': 'tol 3e-5 / max 200, fp32, CUDA graphs',
                       'solver': dict(PAPER, tol=3e-5, cuda_graph=True)},
+    'graph_tol1.5e-5': {'label': 'tol 1.5e-5 / max 200, fp32, CUDA graphs',
+                        'solver': dict(PAPER, tol=1.5e-5, cuda_graph=True)},
     # the output from an extrapolated last iterate (MCNetArch's extrapolation: a fraction of (beta + rho) / beta
     # times the residual, one more application of F): what a stop at a loose tolerance misses in slow directions
     **{f'graph_tol{tol}_extrap{t}': {'label': f'tol {tol} / max 200, extrapolation {t}, fp32, CUDA graphs',
