@@ -137,11 +137,12 @@ def print_error(msg):
     print(f'error: {msg}', file=sys.stderr, flush=True)
 
 
-def main(argv=None, models=None):
+def main(argv=None, models=None, keep_memory=False):
     """Console entry point; returns the exit status (0 ok, 1 some images failed, 2 usage error).
 
     ``models``: a dict in which a caller running several commands in one process keeps the built models
-    (see :func:`mcnet_basicsr.inference.get_model`); None builds the model afresh.
+    (see :func:`mcnet_basicsr.inference.get_model`); None builds the model afresh. ``keep_memory``: the process
+    keeps the memory it frees (:func:`keep_freed_memory`), unless ``--tile`` asks for bounded memory.
     """
     try:
         args = parse_args(sys.argv[1:] if argv is None else list(argv))
@@ -150,6 +151,8 @@ def main(argv=None, models=None):
     except UsageError as err:
         print_error(err)
         return 2
+    if keep_memory and args.tile is None:
+        keep_freed_memory()
     return load_inference().execute(args, models)
 
 
@@ -171,15 +174,39 @@ def load_inference():
     return inference
 
 
+def keep_freed_memory():
+    """Have the C library (glibc) keep freed memory for reuse in this process; returns whether it did.
+
+    glibc maps every allocation above 32 MB afresh and unmaps it when it is freed, so the feature maps each iteration
+    allocates (1 GB per DnCNN6 layer at 2048 x 2048) fault all their pages in again, every time: on 2 CPU cores that
+    took about a quarter of the command's time (docs/benchmarks.md, the 2-core CPU bullet). Served from the heap,
+    which is never trimmed, they reuse the pages of the last iteration. The heap's holes raise the peak memory (6.5
+    against 4.3 GB for that image) and the process holds it until it exits: right for a command that does one job
+    and leaves (:func:`console_main`), not for a library. Elsewhere (not Linux, or a C library without ``mallopt``)
+    nothing changes.
+    """
+    if not sys.platform.startswith('linux'):
+        return False
+    import ctypes
+    try:
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own C library
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's <malloc.h>
+    # no mapped blocks at all; a trim threshold of -1 never gives the heap's top back (mallopt(3))
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, -1))
+
+
 def console_main():
     """The ``mcnet-sr`` command: :func:`main`, then the process ends at once.
 
     Once every output file and summary.csv is written and closed, tearing the interpreter down (CUDA context,
     torch's thread pools, freeing every module) takes a second or more and changes nothing on disk, so the
     command flushes its streams and leaves with ``os._exit``. Callers of :func:`main` in a process of their
-    own (tests, scripts) get its status back as usual.
+    own (tests, scripts) get its status back as usual. The process keeps the memory it frees
+    (:func:`keep_freed_memory`) unless ``--tile`` is given.
     """
-    status = main()
+    status = main(keep_memory=True)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -104,3 +104,51 @@ def test_latency_benchmark_times_each_stage(tmp_path):
     stages = ('interpreter', 'torch', 'package', 'model', 'setup', 'image', 'image_again', 'exit')
     assert all(m[k] >= 0 for k in stages) and m['iterations'] >= 1
     assert 'breakdown' in proc.stdout
+
+
+# allocate and free one large block, then time the page faults of allocating and filling it again
+REUSE_PROBE = """
+import ctypes, resource, sys
+import mcnet_sr_cli
+applied = mcnet_sr_cli.keep_freed_memory() if sys.argv[1] == 'keep' else None
+n = 256 << 20
+block = ctypes.create_string_buffer(n)  # allocated and zero-filled: every page touched
+del block
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+block = ctypes.create_string_buffer(n)
+print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='glibc (Linux) keeps memory through mallopt')
+def test_the_command_reuses_freed_memory():
+    """``mcnet-sr`` keeps what it frees (``keep_freed_memory``, in ``console_main``): a large block allocated again
+    reuses its pages instead of faulting all of them in anew, as glibc's default does."""
+    def faults(mode):
+        proc = subprocess.run([sys.executable, '-c', REUSE_PROBE, mode], env=repo_env(), capture_output=True,
+                              text=True, timeout=60, check=True)
+        applied, count = proc.stdout.split()
+        return applied, int(count)
+
+    applied, kept = faults('keep')
+    if applied != 'True':
+        pytest.skip('this C library has no glibc mallopt')
+    pages = (256 << 20) // 4096
+    assert faults('default')[1] > pages // 2  # the default maps the block afresh: its pages fault in again
+    assert kept < pages // 50
+
+
+def test_the_command_keeps_memory_unless_tiled(monkeypatch, tmp_path):
+    """``console_main`` runs ``main(keep_memory=True)``: memory is kept once the options are valid, not with ``--tile``
+    (bounded memory asked for), and never for callers of ``main`` in their own process."""
+    import types
+
+    import mcnet_sr_cli
+    calls = []
+    monkeypatch.setattr(mcnet_sr_cli, 'keep_freed_memory', lambda: calls.append('kept'))
+    monkeypatch.setattr(mcnet_sr_cli, 'load_inference', lambda: types.SimpleNamespace(execute=lambda args, models: 0))
+    argv = ['a.png', '-o', str(tmp_path), '--scale', '2']
+    assert mcnet_sr_cli.main(argv) == 0 and calls == []
+    assert mcnet_sr_cli.main(argv, keep_memory=True) == 0 and calls == ['kept']
+    assert mcnet_sr_cli.main(argv + ['--tile', '64'], keep_memory=True) == 0 and calls == ['kept']
+    assert mcnet_sr_cli.main(argv + ['--scale', '5'], keep_memory=True) == 2 and calls == ['kept']
