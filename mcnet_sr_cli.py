@@ -174,7 +174,7 @@ def load_inference():
     return inference
 
 
-def keep_freed_memory():
+def keep_freed_memory(min_ram=16 << 30):
     """Have the C library (glibc) keep freed memory for reuse in this process; returns whether it did.
 
     glibc maps every allocation above 32 MB afresh and unmaps it when it is freed, so the feature maps each iteration
@@ -182,10 +182,17 @@ def keep_freed_memory():
     took about a quarter of the command's time (docs/benchmarks.md, the 2-core CPU bullet). Served from the heap,
     which is never trimmed, they reuse the pages of the last iteration. The heap's holes raise the peak memory (6.5
     against 4.3 GB for that image) and the process holds it until it exits: right for a command that does one job
-    and leaves (:func:`console_main`), not for a library. Elsewhere (not Linux, or a C library without ``mallopt``)
-    nothing changes.
+    and leaves (:func:`console_main`), not for a library, and only on a machine with at least ``min_ram`` bytes of
+    memory (default 16 GiB), where the larger peak fits more easily. Elsewhere (less memory, not Linux, or a C library
+    without ``mallopt``) nothing changes.
     """
     if not sys.platform.startswith('linux'):
+        return False
+    import os
+    try:
+        if os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') < min_ram:
+            return False
+    except (ValueError, OSError):  # the machine's memory is unknown
         return False
     import ctypes
     try:
