@@ -88,9 +88,10 @@ def implicit_fixed_point(f: Fn, z0: torch.Tensor, forward: Optional[SolverConfig
     carries the implicit backward described in the module docstring and
     ``bwd_holder.stats`` is set when it runs. Otherwise (eval / ``no_grad`` /
     nothing requires grad) ``z_out = f(z*)`` without a graph and the holder
-    stays empty; under ``no_grad`` it is the solver's last evaluation at ``z*``, so
-    the solve costs no evaluation of ``f`` beyond its iterations. ``backward`` defaults to ``forward`` (without ``cuda_graph``,
-    which a backward solve must not set); ``forward`` to ``SolverConfig()``.
+    stays empty; under ``no_grad`` it is the solver's own evaluation at ``z*``,
+    so the solve costs no evaluation of ``f`` beyond its iterations.
+    ``backward`` defaults to ``forward`` (without ``cuda_graph``, which a
+    backward solve must not set); ``forward`` to ``SolverConfig()``.
     """
     fwd = SolverConfig() if forward is None else forward
     if backward is None:
