@@ -11,6 +11,11 @@ import numpy as np
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# pytest.ini runs one pytest-xdist worker per core; the subprocesses tests start (training, the CLI) would otherwise
+# each take every core (torch's default), several workers at once oversubscribing the machine.
+if os.environ.get('PYTEST_XDIST_WORKER'):
+    os.environ.setdefault('OMP_NUM_THREADS',
+                          str(max(1, (os.cpu_count() or 1) // int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', 1)))))
 SHARED = REPO_ROOT.parent / 'shared'
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
