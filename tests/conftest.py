@@ -139,3 +139,19 @@ def one_intra_op_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def set_tf32_flags():
+    """``set_tf32_flags(value)`` sets the process's TF32 flags for cuDNN convolutions and CUDA matmuls; both are
+    restored after the test. (monkeypatch cannot restore ``torch.backends.cuda.matmul.allow_tf32``, which its module
+    serves through ``__getattr__``: on a CUDA machine the undo ended in ``delattr`` and an AttributeError.)"""
+    import torch
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+
+    def set_flags(value):
+        torch.backends.cudnn.allow_tf32 = value
+        torch.backends.cuda.matmul.allow_tf32 = value
+
+    yield set_flags
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved

@@ -224,7 +224,7 @@ def test_backbone_is_frozen_and_hidden(backbone_ckpt, rgb_batch):
 
 
 @pytest.mark.parametrize('allow', [False, True])
-def test_every_entry_point_runs_under_the_arch_tf32_setting(backbone_ckpt, rgb_batch, monkeypatch, allow):
+def test_every_entry_point_runs_under_the_arch_tf32_setting(backbone_ckpt, rgb_batch, set_tf32_flags, allow):
     """forward, and the pieces mcnet-sr and the tolerance sweep compose themselves (backbone_estimate, solve), set
     the TF32 flags to allow_tf32 for their own work and restore the process's afterwards. PyTorch's default enables
     TF32 for cuDNN convolutions, which keeps the solve from reaching a tight tolerance on a GPU."""
@@ -233,8 +233,7 @@ def test_every_entry_point_runs_under_the_arch_tf32_setting(backbone_ckpt, rgb_b
     _, lr = rgb_batch
     net = make_net(backbone_ckpt, allow_tf32=allow, solver={'forward': {'tol': 1e-3, 'max_iter': 5}}).eval()
     process = not allow
-    monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', process)
-    monkeypatch.setattr(torch.backends.cuda.matmul, 'allow_tf32', process)
+    set_tf32_flags(process)
     seen = []
     for name, module in (('backbone', net.backbone), ('denoiser', net.denoiser)):
         module.register_forward_pre_hook(lambda m, a, name=name: seen.append(

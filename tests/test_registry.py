@@ -114,7 +114,7 @@ def model_opt(ckpt, pretrain=None, models_dir=None):
 
 
 @pytest.mark.parametrize('allow', [False, True])
-def test_protocol_model_runs_the_network_in_float32_unless_it_allows_tf32(monkeypatch, allow):
+def test_protocol_model_runs_the_network_in_float32_unless_it_allows_tf32(set_tf32_flags, allow):
     """A backbone's row of the tables runs as the backbone inside an MCNet layer does: TF32 off (PyTorch's default turns
     it on for cuDNN convolutions) unless the network sets allow_tf32; the process's flags are restored afterwards."""
     model = build_model({'model_type': 'ProtocolSRModel', 'name': 'tf32_test', 'is_train': False, 'num_gpu': 0,
@@ -123,8 +123,7 @@ def test_protocol_model_runs_the_network_in_float32_unless_it_allows_tf32(monkey
     if allow:
         model.net_g.allow_tf32 = True
     process = not allow
-    monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', process)
-    monkeypatch.setattr(torch.backends.cuda.matmul, 'allow_tf32', process)
+    set_tf32_flags(process)
     seen = []
     model.net_g.register_forward_pre_hook(
         lambda m, a: seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)))
