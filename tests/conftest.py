@@ -144,14 +144,11 @@ def one_intra_op_thread():
 @pytest.fixture
 def set_tf32_flags():
     """``set_tf32_flags(value)`` sets the process's TF32 flags for cuDNN convolutions and CUDA matmuls; both are
-    restored after the test. (monkeypatch cannot restore ``torch.backends.cuda.matmul.allow_tf32``, which its module
-    serves through ``__getattr__``: on a CUDA machine the undo ended in ``delattr`` and an AttributeError.)"""
-    import torch
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    restored after the test (through ``mcnet_basicsr.utils.precision.tf32``, which saves and restores both). monkeypatch
+    cannot restore ``torch.backends.cuda.matmul.allow_tf32``, which its module serves through ``__getattr__``: on a
+    CUDA machine the undo ended in ``delattr`` and an AttributeError."""
+    import contextlib
 
-    def set_flags(value):
-        torch.backends.cudnn.allow_tf32 = value
-        torch.backends.cuda.matmul.allow_tf32 = value
-
-    yield set_flags
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    from mcnet_basicsr.utils.precision import tf32
+    with contextlib.ExitStack() as scopes:
+        yield lambda value: scopes.enter_context(tf32(value))
