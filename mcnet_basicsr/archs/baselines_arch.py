@@ -13,11 +13,11 @@ from torch import nn
 
 from mcnet_basicsr.deq import SolverStats
 from mcnet_basicsr.ops import build_operator, imresize
-from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
+from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 
 from .dncnn_arch import DnCNN, load_dncnn
-from .mcnet_arch import FrozenBackboneMixin, MCNetArch, check_eps_options, eps_repr
+from .mcnet_arch import _CHANNELS, FrozenBackboneMixin, MCNetArch, check_eps_options, eps_repr
 
 _TV_KINDS = ('anisotropic', 'isotropic')
 
@@ -32,13 +32,10 @@ def _check_iterations(iterations):
         raise ValueError(f'iterations must be a positive int, got {iterations!r}.')
 
 
-def _luma(lr):
-    """Measurements ``b``: Y of the LR image in float64 (as MCNetArch.forward), or the 1-channel LR itself."""
-    return luma(lr.double())
-
-
-def _with_chroma(y, cbcr):
-    return y if cbcr is None else ycbcr_to_rgb(torch.cat([y, cbcr], dim=1))
+def _check_channels(channels):
+    if channels not in _CHANNELS:
+        raise ValueError(f'channels must be one of {_CHANNELS}, got {channels!r}.')
+    return channels
 
 
 def _final_projection(operator, x, b64, eps):
@@ -122,17 +119,33 @@ class PnPADMM(nn.Module):
         eps (float | None): Radius of the consistency ball (Y in [0, 1], per image). Default: None.
         eps_rms (float | None): The same per LR pixel (``eps = eps_rms * sqrt(#LR pixels)``). Give at
             most one of ``eps``/``eps_rms``; neither means exact consistency (eps = 0).
+        channels (str): 'y' or 'rgb' (each channel consistent, one solve per channel), as for MCNetArch.
+            Default: 'y'.
+
+    ``forward(lr, operator=None, noise_sigma=None)`` takes the measurement of a batch as MCNetArch's does.
     """
 
     beta = 0.0
-    # MCNet's pieces, used as they are: the ADMM map (with beta = 0) and the eps convention
+    # MCNet's pieces, used as they are: the ADMM map (with beta = 0), the eps convention and the measurement of a call
     fixed_point_map = MCNetArch.fixed_point_map
     denoise = MCNetArch.denoise
     consistency_radius = MCNetArch.consistency_radius
+    measurement_operator = MCNetArch.measurement_operator
+    solve_measured = MCNetArch.solve_measured
+    _image = staticmethod(MCNetArch._image)
 
-    def __init__(self, operator, denoiser=None, denoiser_path=None, iterations=30, rho=1.0, eps=None, eps_rms=None):
+    def __init__(self,
+                 operator,
+                 denoiser=None,
+                 denoiser_path=None,
+                 iterations=30,
+                 rho=1.0,
+                 eps=None,
+                 eps_rms=None,
+                 channels='y'):
         super().__init__()
         check_eps_options(eps, eps_rms)
+        self.channels = _check_channels(channels)
         _check_iterations(iterations)
         if not rho > 0:
             raise ValueError(f'rho must be > 0, got {rho}.')
@@ -160,16 +173,18 @@ class PnPADMM(nn.Module):
                 f'iterations={self.iterations}')
 
     @torch.no_grad()
-    def solve(self, b, iterations=None):
-        """PnP-ADMM on measurements ``b`` (N, C, h, w) (float64 is fine): the last iterate ``x`` (float32)."""
+    def solve(self, b, iterations=None, operator=None, noise_sigma=None):
+        """PnP-ADMM on measurements ``b`` (N, C, h, w) (float64 is fine) by ``operator`` (default: this one's) with
+        noise of std ``noise_sigma``: the last iterate ``x`` (float32)."""
         iterations = self.iterations if iterations is None else iterations
         _check_iterations(iterations)
+        operator = self.measurement_operator(operator)
         b64 = b.double()
         b = b.to(next(self.denoiser.parameters()).dtype)
-        eps = self.consistency_radius(b)
+        eps = self.consistency_radius(b, noise_sigma)
         self.denoiser.update_spectral_norm()
-        x = self.operator.project(imresize(b, self.scale), b, eps)
-        f = self.fixed_point_map(x, b, eps)  # w = x only sets the channel count: beta = 0
+        x = operator.project(imresize(b, self.scale), b, eps)
+        f = self.fixed_point_map(x, b, eps, operator=operator)  # w = x only sets the channel count: beta = 0
         z = torch.cat([x, torch.zeros_like(x)], dim=1)
         trace = []
         for _ in range(iterations):
@@ -177,13 +192,16 @@ class PnPADMM(nn.Module):
             trace.append((z_new - z).flatten(1).norm(dim=1) / (z_new.flatten(1).norm(dim=1) + 1e-12))
             z = z_new
         self.last_stats = {'forward': _stats(iterations, z.shape[0], trace[-1], trace, z.device), 'eps': eps}
-        return _final_projection(self.operator, z[:, :x.shape[1]], b64, eps)
+        return _final_projection(operator, z[:, :x.shape[1]], b64, eps)
 
-    def forward(self, lr):
+    def forward(self, lr, operator=None, noise_sigma=None):
         _check_lr('PnPADMM', lr)
-        b = _luma(lr)
-        cbcr = imresize(rgb_to_ycbcr(lr)[:, 1:], self.scale) if lr.shape[1] == 3 else None
-        return _with_chroma(self.solve(b).to(lr.dtype), cbcr)
+        operator = self.measurement_operator(operator)
+        # the bicubic upsampling as the "estimate": it gives the chroma on Y and sets the shapes; beta = 0
+        estimate = imresize(rgb_to_ycbcr(lr) if lr.shape[1] == 3 else lr, self.scale)
+        y, cbcr = estimate[:, :1], (estimate[:, 1:] if lr.shape[1] == 3 else None)
+        return self.solve_measured(lambda w, b, op, sigma: self.solve(b, operator=op, noise_sigma=sigma), y, cbcr,
+                                   lr, operator, noise_sigma)
 
 
 # ---------------------------------------------------------------------------------------- TV-TV
@@ -282,11 +300,18 @@ class TVTV(FrozenBackboneMixin, nn.Module):
         eps (float | None): Radius of the consistency ball (Y in [0, 1], per image). Default: None.
         eps_rms (float | None): The same per LR pixel. At most one of ``eps``/``eps_rms``; neither
             means exact consistency (eps = 0).
+        channels (str): 'y' or 'rgb' (each channel consistent, one solve per channel), as for MCNetArch.
+            Default: 'y'.
+
+    ``forward(lr, operator=None, noise_sigma=None)`` takes the measurement of a batch as MCNetArch's does.
     """
 
-    # MCNet's pieces, used as they are: the frozen backbone's estimate (Y and chroma) and eps
+    # MCNet's pieces, used as they are: the frozen backbone's estimate (Y and chroma), eps and the measurement of a call
     run_backbone = MCNetArch.run_backbone
     consistency_radius = MCNetArch.consistency_radius
+    measurement_operator = MCNetArch.measurement_operator
+    solve_measured = MCNetArch.solve_measured
+    _image = staticmethod(MCNetArch._image)
 
     def __init__(self,
                  backbone,
@@ -301,9 +326,11 @@ class TVTV(FrozenBackboneMixin, nn.Module):
                  iterations=100,
                  tv='anisotropic',
                  eps=None,
-                 eps_rms=None):
+                 eps_rms=None,
+                 channels='y'):
         super().__init__()
         check_eps_options(eps, eps_rms)
+        self.channels = _check_channels(channels)
         _check_iterations(iterations)
         if tv not in _TV_KINDS:
             raise ValueError(f'Unsupported tv {tv!r}. Supported ones are: {_TV_KINDS}.')
@@ -329,15 +356,17 @@ class TVTV(FrozenBackboneMixin, nn.Module):
         return _tv(x, self.tv) + self.beta * _tv(x - w, self.tv)
 
     @torch.no_grad()
-    def solve(self, w, b, iterations=None):
-        """TV-TV ADMM from the estimate ``w`` (N, C, H, W) and measurements ``b``: the last ``z``, in S."""
+    def solve(self, w, b, iterations=None, operator=None, noise_sigma=None):
+        """TV-TV ADMM from the estimate ``w`` (N, C, H, W) and measurements ``b`` by ``operator`` (default: this
+        one's) with noise of std ``noise_sigma``: the last ``z``, in S."""
         iterations = self.iterations if iterations is None else iterations
         _check_iterations(iterations)
+        operator = self.measurement_operator(operator)
         b64, b = b, b.to(w.dtype)
-        eps = self.consistency_radius(b)
+        eps = self.consistency_radius(b, noise_sigma)
         solve_x = _NeumannSolver(w.shape[-2], w.shape[-1], 2.0, w.dtype, w.device)
         dw = _grad(w)
-        z = self.operator.project(w, b, eps)
+        z = operator.project(w, b, eps)
         x = z
         dx = _grad(x)
         d1, d2 = dx, dx - dw
@@ -346,7 +375,7 @@ class TVTV(FrozenBackboneMixin, nn.Module):
         for _ in range(iterations):
             x = solve_x(z - u0 + _grad_adjoint(d1 - u1 + d2 + dw - u2))
             dx = _grad(x)
-            z = self.operator.project(x + u0, b, eps)
+            z = operator.project(x + u0, b, eps)
             d1 = _shrink(dx + u1, 1.0 / self.rho, self.tv)
             d2 = _shrink(dx - dw + u2, self.beta / self.rho, self.tv)
             u0 = u0 + x - z
@@ -354,9 +383,11 @@ class TVTV(FrozenBackboneMixin, nn.Module):
             u2 = u2 + dx - dw - d2
             trace.append((x - z).flatten(1).norm(dim=1) / (z.flatten(1).norm(dim=1) + 1e-12))
         self.last_stats = {'forward': _stats(iterations, z.shape[0], trace[-1], trace, z.device), 'eps': eps}
-        return _final_projection(self.operator, z, b64, eps)
+        return _final_projection(operator, z, b64, eps)
 
-    def forward(self, lr):
+    def forward(self, lr, operator=None, noise_sigma=None):
         _check_lr('TVTV', lr)
+        operator = self.measurement_operator(operator)
         w, cbcr = self.run_backbone(lr)
-        return _with_chroma(self.solve(w, _luma(lr)), cbcr)
+        return self.solve_measured(lambda w_, b, op, sigma: self.solve(w_, b, operator=op, noise_sigma=sigma), w, cbcr,
+                                   lr, operator, noise_sigma)

@@ -5,7 +5,8 @@ import torch
 from torch import nn
 
 from mcnet_basicsr.deq import BackwardStatsHolder, IterateKeeper, SolverConfig, implicit_fixed_point, solve
-from mcnet_basicsr.ops import build_operator, eps_from_rms, imresize
+from mcnet_basicsr.ops import (build_operator, eps_from_rms, fold_channels, imresize, noisy_radius, repeat_samples,
+                               unfold_channels)
 from mcnet_basicsr.utils.checkpoint import load_network
 from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
 from mcnet_basicsr.utils.precision import tf32
@@ -17,6 +18,10 @@ from .dncnn_arch import DnCNN, load_dncnn
 from .learned_start_arch import build_start_network, load_start_network
 
 _RECORD_BYTES = 32  # length of the backbone-and-scale record saved with a layer
+_CHANNELS = ('y', 'rgb')
+# norm of the Y row of BT.601 (rgb_to_ycbcr): Gaussian noise of std sigma on each of R, G, B is noise of std
+# sigma * _LUMA_NOISE on Y
+_LUMA_NOISE = ((65.481**2 + 128.553**2 + 24.966**2)**0.5) / 255.0
 _DTYPES = {None: None, 'fp32': None, 'float32': None, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16,
            'fp16': torch.float16, 'float16': torch.float16}
 
@@ -125,9 +130,18 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
     implicit function theorem (``mcnet_basicsr.deq``). Learned: the denoiser and ``beta > 0``
     (stored as ``log_beta``).
 
-    RGB input: the layer works on Y (BT.601, as BasicSR's metrics), Cb/Cr come from the backbone
-    (RGB backbones) or from the MATLAB-bicubic-upsampled LR (Y backbones such as SRCNN). One-
-    channel input is treated as Y throughout and the output is Y.
+    RGB input, ``channels: y`` (the paper's): the layer works on Y (BT.601, as BasicSR's metrics), Cb/Cr come from
+    the backbone (RGB backbones) or from the MATLAB-bicubic-upsampled LR (Y backbones such as SRCNN). ``channels:
+    rgb``: R, G and B are each made consistent, ``||A x_c - b_c|| <= eps`` for every channel c, by one solve per
+    channel (the same denoiser on each; the backbone's RGB estimate is w). One-channel input is treated as Y
+    throughout and the output is Y.
+
+    ``forward(lr, operator=None, noise_sigma=None)`` also takes the measurement of this batch where it differs from
+    the constructor's: ``operator`` an operator object or options (same scale; e.g. the blur kernel that made this
+    LR, one kernel per sample, or a :class:`~mcnet_basicsr.ops.StackedOperator`), ``noise_sigma`` the standard
+    deviation of Gaussian noise on each LR value (a float or a per-sample (N,) tensor, images in [0, 1]), which
+    widens the ball to ``sqrt(eps^2 + sigma^2 m)`` (:func:`~mcnet_basicsr.ops.noisy_radius`; m values per channel,
+    and on Y the noise of Y, ``sigma * 0.574``).
 
     Args:
         backbone (str | dict): The frozen SR network: the name of a shipped configuration, built at the
@@ -135,6 +149,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             ``mcnet_basicsr/archs/backbone_presets_arch.py``), or BasicSR ``network_g``-style options of any
             registered arch (``{type: RCAN, num_feat: 64, ..., upscale: 2}``).
         operator (dict): Measurement operator options, e.g. ``{type: bicubic, scale: 2}``.
+        channels (str): 'y' (consistency of Y, the paper's) or 'rgb' (of each of R, G, B). Default: 'y'.
         backbone_path (str | None): Checkpoint of the backbone. Default: None (random weights).
         backbone_param_key (str): Key of the state dict in that checkpoint. Default: 'params'.
         backbone_input (str | None): 'lr' (the LR image) or 'upsampled' (MATLAB-bicubic upsampled LR,
@@ -196,6 +211,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                  backbone_dtype=None,
                  eps=None,
                  eps_rms=None,
+                 channels='y',
                  rho=1.0,
                  beta_init=0.01,
                  learn_beta=True,
@@ -213,6 +229,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             raise ValueError(f'rho must be > 0, got {rho}.')
         if not beta_init > 0:
             raise ValueError(f'beta_init must be > 0, got {beta_init}.')
+        if channels not in _CHANNELS:
+            raise ValueError(f'channels must be one of {_CHANNELS}, got {channels!r}.')
+        self.channels = channels
         self.operator = build_operator(dict(operator))
         self.scale = self.operator.scale
         self._init_backbone(backbone, self.scale, backbone_path, backbone_param_key, backbone_input, backbone_channels,
@@ -277,15 +296,27 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         self.forward_solver, self.backward_solver = fwd, bwd
 
     def extra_repr(self):
-        return (f'scale={self.scale}, operator={self.operator!r}, {eps_repr(self.eps, self.eps_rms)}, rho={self.rho}, '
+        return (f'scale={self.scale}, operator={self.operator!r}, channels={self.channels!r}, '
+                f'{eps_repr(self.eps, self.eps_rms)}, rho={self.rho}, '
                 f'backbone={type(self.backbone).__name__} (frozen, not in state_dict)')
 
     # ------------------------------------------------------------------ pieces
-    def consistency_radius(self, b):
-        """Per-sample eps for LR measurements ``b`` (N, C, h, w)."""
-        if self.eps_rms is not None:
-            return eps_from_rms(self.eps_rms, b[0].numel())
-        return float(self.eps or 0.0)
+    def consistency_radius(self, b, noise_sigma=None):
+        """Per-sample eps for LR measurements ``b`` (N, C, h, w) carrying noise of std ``noise_sigma`` per value
+        (None: none; a float or an (N,) tensor)."""
+        eps = eps_from_rms(self.eps_rms, b[0].numel()) if self.eps_rms is not None else float(self.eps or 0.0)
+        return noisy_radius(eps, noise_sigma, b[0].numel())
+
+    def measurement_operator(self, operator=None):
+        """The operator of a call: this layer's, or ``operator`` (an operator or its options) at this layer's scale."""
+        if operator is None:
+            return self.operator
+        if hasattr(operator, 'keys'):
+            operator = build_operator(operator)
+        if getattr(operator, 'scale', None) != self.scale:
+            raise ValueError(f'The operator of this batch downscales by {getattr(operator, "scale", None)!r}; this '
+                             f'layer is for x{self.scale}.')
+        return operator
 
     @torch.no_grad()
     def run_backbone(self, lr):
@@ -359,16 +390,16 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             return self.start(x0)
         return apply_tiled(self.start, x0, tile * s, (math.ceil(len(self.start.dncnn) / s) + 1) * s)
 
-    def start_point(self, x0, b, eps, tile=None):
+    def start_point(self, x0, b, eps, tile=None, operator=None):
         """The learned start's guess from ``x0 = P_S(w)``, projected onto S: where a solve begins."""
-        return self.operator.project(self.start_guess(x0, tile), b, eps)
+        return self.measurement_operator(operator).project(self.start_guess(x0, tile), b, eps)
 
     def optional_state_keys(self):
         """Entries of ``state_dict()`` a checkpoint may lack: the saved record, and the start's weights (a layer saved
         without a start keeps the one this arch was built with)."""
         return [k for k in self.state_dict() if k.endswith('_extra_state') or k.startswith('start.')]
 
-    def fixed_point_map(self, w, b, eps, tile=None, grad_order=1):
+    def fixed_point_map(self, w, b, eps, tile=None, grad_order=1, operator=None):
         """F(z) for z = (x, lam) stacked on channels; closes over w, b and the parameters.
 
         ``grad_order=2`` makes the second derivatives of F exact too (the eps > 0 projection takes one more
@@ -376,12 +407,13 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         (``jacobian_frobenius_penalty``); the values are the same up to rounding.
         """
         beta, rho, c = self.beta, self.rho, w.shape[1]
+        project = self.measurement_operator(operator).project
         project_kw = {} if grad_order == 1 else {'grad_order': grad_order}  # operators of other plugins: order 1
 
         def f(z):
             x, lam = z[:, :c], z[:, c:]
             u = self.denoise(x + lam, tile)
-            x_new = self.operator.project((beta * w + rho * (u - lam)) / (beta + rho), b, eps, **project_kw)
+            x_new = project((beta * w + rho * (u - lam)) / (beta + rho), b, eps, **project_kw)
             return torch.cat([x_new, lam + x_new - u], dim=1)
 
         # eps > 0: the projection finds its multiplier with host-side Newton steps, which a CUDA
@@ -389,23 +421,26 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         f.capturable = not torch.is_tensor(eps) and eps == 0
         return f
 
-    def fixed_point_problem(self, w, b, tile=None, x0=None):
+    def fixed_point_problem(self, w, b, tile=None, x0=None, operator=None, noise_sigma=None):
         """(F, z0, eps) of one solve: the map on ``z = (x, lam)``, its start ``(x0, 0)`` and the radius.
 
         ``x0`` (an image in S) defaults to ``P_S(w)``, or to the learned start's projected guess from it. Refreshes
         the denoiser's spectral-norm estimate first, once per solve, so that F does not change while it is solved.
         """
-        eps = self.consistency_radius(b)
+        operator = self.measurement_operator(operator)
+        eps = self.consistency_radius(b, noise_sigma)
         self.denoiser.update_spectral_norm()
         if x0 is None:
             with torch.no_grad():
-                x0 = self.operator.project(w, b, eps)
+                x0 = operator.project(w, b, eps)
                 if self.start is not None:
-                    x0 = self.start_point(x0, b, eps, tile)
-        return self.fixed_point_map(w, b, eps, tile), torch.cat([x0, torch.zeros_like(x0)], dim=1), eps
+                    x0 = self.start_point(x0, b, eps, tile, operator)
+        z0 = torch.cat([x0, torch.zeros_like(x0)], dim=1)
+        return self.fixed_point_map(w, b, eps, tile, operator=operator), z0, eps
 
-    def solve(self, w, b, tile=None):
-        """The implicit layer alone: x* from the backbone estimate w and LR measurements b (Y).
+    def solve(self, w, b, tile=None, operator=None, noise_sigma=None):
+        """The implicit layer alone: x* from the backbone estimate w and LR measurements b (Y, or one channel per
+        sample), measured by ``operator`` (default: the layer's) with noise of std ``noise_sigma`` per LR value.
 
         ``b`` may be float64 (as :meth:`forward` passes it): the iterations run in ``w``'s dtype and
         the final projection uses ``b`` at full precision, so the consistency of the output is not
@@ -422,12 +457,12 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         convolutions unless told otherwise, and TF32 keeps this solve from reaching a tight tolerance).
         """
         with tf32(self.allow_tf32):
-            return self._solve(w, b, tile)
+            return self._solve(w, b, tile, self.measurement_operator(operator), noise_sigma)
 
-    def _solve(self, w, b, tile):
+    def _solve(self, w, b, tile, operator, noise_sigma):
         self.last_fixed_point = self.last_iterates = None
         b_exact, b = b, b.to(w.dtype)
-        f, z0, eps = self.fixed_point_problem(w, b, tile)
+        f, z0, eps = self.fixed_point_problem(w, b, tile, operator=operator, noise_sigma=noise_sigma)
         keeper = IterateKeeper(f, self.keep_iterates) if self.keep_iterates and torch.is_grad_enabled() else None
         if self.extrapolation and not torch.is_grad_enabled():
             z_k, fz_k, fwd_stats = solve(f, z0, self.forward_solver, with_image=True)
@@ -436,21 +471,21 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             z, fwd_stats, bwd = implicit_fixed_point(keeper or f, z0, self.forward_solver, self.backward_solver)
         self.last_stats = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
         if torch.is_grad_enabled():
-            self.last_fixed_point = (self.fixed_point_map(w, b, eps, tile, grad_order=2), z.detach())
+            self.last_fixed_point = (self.fixed_point_map(w, b, eps, tile, grad_order=2, operator=operator), z.detach())
         if keeper is not None:
             # implicit_fixed_point's last application of F is to the solve's result z*: the iterate a solve that
             # converged in fewer than k iterations would also have stopped at
             z_star = keeper.last.detach()
             self.last_iterates = {'map': f, 'z': {k: keeper.kept.get(k, z_star) for k in self.keep_iterates},
                                   'cbcr': None}
-        return self.consistent_output(z[:, :w.shape[1]], b_exact, eps)
+        return self.consistent_output(z[:, :w.shape[1]], b_exact, eps, operator)
 
     def extrapolated_iterate(self, z, fz):
         """``z + t (beta + rho) / beta (F(z) - z)``, ``t = extrapolation``: where the output comes from when a solve
         stops at ``z`` (``fz = F(z)``)."""
         return torch.lerp(z, fz, self.extrapolation * (float(self.beta) + self.rho) / float(self.beta))
 
-    def consistent_output(self, x, b, eps):
+    def consistent_output(self, x, b, eps, operator=None):
         """The layer's output from the image part ``x`` of ``F(z)``: ``x`` projected once more in float64.
 
         F already ended with P_S, but float32 rounding of that projection leaves ``||Ax - b||`` at ~1e-4 on a
@@ -459,17 +494,39 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         """
         if x.dtype == torch.float64:
             return x
-        return self.operator.project(x.double(), b.double(), eps).to(x.dtype)
+        return self.measurement_operator(operator).project(x.double(), b.double(), eps).to(x.dtype)
 
-    def forward(self, lr):
+    def forward(self, lr, operator=None, noise_sigma=None):
         if lr.dim() != 4 or lr.shape[1] not in (1, 3):
             raise ValueError(f'MCNetArch expects LR images (N, 1 or 3, h, w); got shape {tuple(lr.shape)}.')
+        operator = self.measurement_operator(operator)
         w, cbcr = self.backbone_estimate(lr, self.tile)
-        b = luma(lr.double())
-        x = self.solve(w, b, self.tile)
+        if self.keep_iterates and self.channels == 'rgb':
+            raise ValueError('keep_iterates (train.fixed_point_correction) works with channels: y only.')
+        out = self.solve_measured(lambda w_, b, op, sigma: self.solve(w_, b, self.tile, op, sigma), w, cbcr, lr,
+                                  operator, noise_sigma)
         if self.last_iterates is not None:
             self.last_iterates['cbcr'] = cbcr
-        return self._image(x, cbcr)
+        return out
+
+    def solve_measured(self, solve, w, cbcr, lr, operator, noise_sigma):
+        """``solve(w, b, operator, noise_sigma)`` on what ``channels`` makes consistent, as an image like ``lr``.
+
+        ``w``, ``cbcr``: the estimate as :meth:`run_backbone` gives it (Y and chroma, or one channel and None).
+        ``channels: rgb`` (with RGB input): one problem per channel of the RGB estimate, the operator's samples
+        repeated for the channels; else on Y (the noise of Y being ``sigma * 0.574`` for noise ``sigma`` on each of
+        R, G, B) with the chroma of ``cbcr``.
+        """
+        if self.channels == 'rgb' and cbcr is not None:
+            c = lr.shape[1]
+            if torch.is_tensor(noise_sigma) and noise_sigma.dim() == 1:
+                noise_sigma = noise_sigma.repeat_interleave(c)
+            x = solve(fold_channels(self._image(w, cbcr)), fold_channels(lr.double()), repeat_samples(operator, c),
+                      noise_sigma)
+            return unfold_channels(x, c).to(lr.dtype)
+        if noise_sigma is not None and lr.shape[1] == 3:
+            noise_sigma = noise_sigma * _LUMA_NOISE
+        return self._image(solve(w, luma(lr.double()), operator, noise_sigma).to(lr.dtype), cbcr)
 
     @staticmethod
     def _image(x, cbcr):

@@ -11,15 +11,19 @@ Plain torch + numpy (no basicsr import), so everything here works standalone::
 Registered types: ``bicubic`` (:class:`MatlabBicubicDownsample`), ``box`` (:class:`BoxDownsample`),
 ``gaussian`` (:class:`GaussianDownsample`). Add your own with ``@OPERATOR_REGISTRY.register('name')``
 on a :class:`SeparableDownsample` subclass.
+
+A batch whose samples were measured by different operators takes a :class:`StackedOperator`; a layer that makes
+every channel consistent solves one problem per channel (:func:`fold_channels`, :func:`repeat_samples`).
 """
-from .consistency import QUANTIZATION_EPS_RMS, eps_from_rms
+from .consistency import QUANTIZATION_EPS_RMS, eps_from_rms, noisy_radius
 from .imresize import imresize
 from .operators import BoxDownsample, GaussianDownsample, MatlabBicubicDownsample, build_operator
 from .registry import OPERATOR_REGISTRY, OperatorRegistry, UnknownOperatorError
 from .separable import SeparableDownsample, solve_secular_equation
+from .stacked import StackedOperator, fold_channels, repeat_samples, unfold_channels
 
 __all__ = [
     'build_operator', 'OPERATOR_REGISTRY', 'OperatorRegistry', 'UnknownOperatorError', 'imresize', 'eps_from_rms',
     'QUANTIZATION_EPS_RMS', 'SeparableDownsample', 'MatlabBicubicDownsample', 'BoxDownsample', 'GaussianDownsample',
-    'solve_secular_equation'
+    'solve_secular_equation', 'noisy_radius', 'StackedOperator', 'repeat_samples', 'fold_channels', 'unfold_channels'
 ]

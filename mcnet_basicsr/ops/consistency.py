@@ -7,7 +7,9 @@ with :func:`eps_from_rms`.
 """
 import math
 
-__all__ = ['QUANTIZATION_EPS_RMS', 'eps_from_rms']
+import torch
+
+__all__ = ['QUANTIZATION_EPS_RMS', 'eps_from_rms', 'noisy_radius']
 
 #: RMS of uint8 rounding error for [0, 1] images: uniform on [-1/510, 1/510], std (1/255)/sqrt(12)
 #: ~ 1.13e-3. LR inputs saved as 8-bit images are only consistent with the true HR image up to
@@ -26,3 +28,35 @@ def eps_from_rms(eps_rms, lr_numel):
     if lr_numel < 1:
         raise ValueError(f'lr_numel must be >= 1, got {lr_numel}')
     return eps_rms * math.sqrt(lr_numel)
+
+
+def noisy_radius(eps, noise_sigma, lr_numel):
+    """The radius for measurements that also carry Gaussian noise of standard deviation ``noise_sigma`` per value.
+
+    ``sqrt(eps^2 + noise_sigma^2 lr_numel)``: the noise of ``lr_numel`` values has norm ``noise_sigma sqrt(lr_numel)``
+    about (its squared norm has mean ``noise_sigma^2 lr_numel``), and an error already allowed for (``eps``, e.g.
+    uint8 rounding) is independent of it, so the squares add.
+
+    Args:
+        eps (float | Tensor): The radius without the noise (a float or a per-sample (N,) tensor).
+        noise_sigma (float | Tensor | None): Noise standard deviation per LR value (same units as the image, e.g.
+            2.55 / 255 for images in [0, 1]): a float or a per-sample (N,) tensor. None: no noise, ``eps`` itself.
+        lr_numel (int): LR values per sample, ``b[0].numel()``.
+
+    Returns:
+        float | Tensor: ``eps`` when ``noise_sigma`` is None, else the radius (a tensor when either is one).
+    """
+    if noise_sigma is None:
+        return eps
+    if torch.is_tensor(noise_sigma):
+        if noise_sigma.dim() > 1 or not bool(torch.isfinite(noise_sigma).all() and (noise_sigma >= 0).all()):
+            raise ValueError(f'noise_sigma must be finite and >= 0, a float or a per-sample (N,) tensor; '
+                             f'got {noise_sigma}')
+        noise_sq = noise_sigma.double().square()
+    else:
+        if not (math.isfinite(noise_sigma) and noise_sigma >= 0):
+            raise ValueError(f'noise_sigma must be finite and >= 0, got {noise_sigma!r}')
+        noise_sq = float(noise_sigma)**2
+    eps_sq = eps.double().square() if torch.is_tensor(eps) else float(eps)**2
+    total = eps_sq + noise_sq * int(lr_numel)
+    return total.sqrt() if torch.is_tensor(total) else math.sqrt(total)
