@@ -68,6 +68,12 @@ class BicubicPairDataset(CleanPatchDataset):
         else:
             img = mod_crop(img, self.scale)
         img = np.ascontiguousarray(img)
-        lq = bicubic_lr(img, self.scale)  # as scripts/prepare_datasets.py makes the test sets' LR
-        gt_t, lq_t = img2tensor([img.astype(np.float32) / 255., lq.astype(np.float32) / 255.], bgr2rgb=True, float32=True)
-        return {'lq': lq_t, 'gt': gt_t, 'lq_path': path, 'gt_path': path}
+        lq, measurement = self.degrade(img, index)
+        gt_t, lq_t = img2tensor([img.astype(np.float32) / 255., lq], bgr2rgb=True, float32=True)
+        return dict(measurement, lq=lq_t, gt=gt_t, lq_path=path, gt_path=path)
+
+    def degrade(self, img, index):
+        """The LR of the uint8 BGR HR ``img`` (HxWx3; ``index`` of the image in the set) as HxWx3 float32 BGR in [0, 1],
+        and what the model needs to know of how it was made, as extra entries of the sample (none here)."""
+        # as scripts/prepare_datasets.py makes the test sets' LR
+        return bicubic_lr(img, self.scale).astype(np.float32) / 255., {}
