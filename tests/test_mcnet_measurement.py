@@ -150,3 +150,25 @@ def test_baselines_take_the_measurement_of_a_call_on_every_channel(lrs, kind):
         res = (op(noisy) - lrs).flatten(2).norm(dim=2)
         assert float(res.max()) <= sigma * math.sqrt(lrs[0, 0].numel()) * (1 + 1e-9)
         assert not torch.allclose(noisy, out)
+
+
+def test_a_saved_layer_records_its_operator_and_serves_another(caplog):
+    import logging
+    net = make_net()
+    state = net.state_dict()
+    assert bytes(state['_extra_state'].tolist()).decode().strip() == 'RCAN x2 bicubic'
+    other = make_net(operator=GAUSS)
+    logger = logging.getLogger('basicsr')
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger='basicsr'):
+            other.load_state_dict(state)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "trained for LR made by 'bicubic'" in caplog.text and 'GaussianDownsample' in caplog.text
+    # a record without the operator (layers saved before it was recorded) is a bicubic layer; the scale is checked
+    old = dict(state, _extra_state=torch.tensor(list(b'RCAN x2'.ljust(32)), dtype=torch.uint8))
+    make_net().load_state_dict(old)
+    x3 = dict(state, _extra_state=torch.tensor(list(b'RCAN x3 bicubic'.ljust(32)), dtype=torch.uint8))
+    with pytest.raises(ValueError, match='trained on RCAN x3'):
+        make_net().load_state_dict(x3)

@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 from mcnet_basicsr.deq import BackwardStatsHolder, IterateKeeper, SolverConfig, implicit_fixed_point, solve
-from mcnet_basicsr.ops import (build_operator, eps_from_rms, fold_channels, imresize, noisy_radius, repeat_samples,
-                               unfold_channels)
+from mcnet_basicsr.ops import (OPERATOR_REGISTRY, build_operator, eps_from_rms, fold_channels, imresize, noisy_radius,
+                               repeat_samples, unfold_channels)
 from mcnet_basicsr.utils.checkpoint import load_network
 from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
 from mcnet_basicsr.utils.precision import tf32
@@ -345,16 +345,30 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         """What a saved layer records of the backbone and scale it belongs to, e.g. 'IMDN x4'."""
         return f'{type(self.backbone).__name__} x{self.scale}'
 
+    def operator_name(self):
+        """The registered type of this layer's operator, e.g. 'bicubic' (what a saved layer records it was trained
+        for)."""
+        return next((name for name in OPERATOR_REGISTRY if OPERATOR_REGISTRY.get(name) is type(self.operator)),
+                    type(self.operator).__name__)
+
     def get_extra_state(self):
         # a fixed-length uint8 tensor, not a string: BasicSR moves every state-dict entry with .cpu() when saving
-        return torch.tensor(list(self.trained_for().encode().ljust(_RECORD_BYTES)[:_RECORD_BYTES]), dtype=torch.uint8)
+        record = f'{self.trained_for()} {self.operator_name()}'
+        return torch.tensor(list(record.encode().ljust(_RECORD_BYTES)[:_RECORD_BYTES]), dtype=torch.uint8)
 
     def set_extra_state(self, state):
-        trained = bytes(state.tolist()).decode(errors='replace').strip()
+        backbone, _, scale_operator = bytes(state.tolist()).decode(errors='replace').strip().partition(' x')
+        scale, _, operator = scale_operator.partition(' ')
+        trained = f'{backbone} x{scale}'
         if trained != self.trained_for():
             raise ValueError(f'This MCNet layer was trained on {trained}; it is being loaded on {self.trained_for()}. '
                              'A layer learns the errors of one backbone at one scale: use the layer trained for '
                              'this backbone and scale.')
+        operator = operator or 'bicubic'  # layers saved before the record named the operator were all trained on it
+        if operator != self.operator_name():
+            from basicsr.utils import get_root_logger  # basicsr's log (importing basicsr registers our types)
+            get_root_logger().info(f'This MCNet layer was trained for LR made by {operator!r}; it now serves the '
+                                   f'operator {self.operator!r}: the same prior on another measurement model.')
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
