@@ -79,7 +79,7 @@ def test_no_import_cycles_inside_the_package():
 
 def test_scripts_are_command_lines_nothing_imports():
     stems = {p.stem for p in SCRIPTS.glob('*.py')}
-    assert {'evaluate', 'benchmark', 'convert_weights'} <= stems
+    assert {'evaluate', 'reproduce_tables', 'convert_weights'} <= stems
     for path in sorted(SCRIPTS.glob('*.py')) + sorted(PACKAGE.rglob('*.py')):
         names = {n.split('.')[0] for n in imported_names(path)}
         assert not names & (stems | {'scripts'}), f'{path.relative_to(REPO_ROOT)} imports {sorted(names & stems)}'
