@@ -3,7 +3,7 @@
 ``mcnet-sr --help`` and a bad option answer before torch, basicsr, OpenCV or the models are imported:
 this module uses the standard library only and lives outside the ``mcnet_basicsr`` package on purpose
 (importing the package imports torch and basicsr to fill BasicSR's registries). Only once the options
-are valid does :func:`main` import :mod:`mcnet_basicsr.inference`, which does the work.
+are valid does :func:`main` import :mod:`mcnet_basicsr.cli.inference`, which does the work.
 """
 import argparse
 import math
@@ -12,7 +12,7 @@ import sys
 
 SCALES = (2, 3, 4)
 MIN_TILE = 8  # smallest --tile (LR pixels)
-# mcnet_basicsr.pretrained.BACKBONES, and the 'fast' solver preset's tol / max_iter
+# mcnet_basicsr.zoo.pretrained.BACKBONES, and the 'fast' solver preset's tol / max_iter
 # (mcnet_basicsr.deq.config), kept here so the parser needs no torch; tests/test_cli.py checks they agree
 BACKBONES = ('srcnn', 'rcan_compact', 'rdn_compact', 'imdn', 'pan')
 FAST_MAX_ITER = 100
@@ -20,7 +20,7 @@ FAST_TOL = 1e-4
 # The CLI's default tolerance per shipped layer: the loosest that keeps Set5 and Set14 within 0.01 dB of the tables'
 # setting, on the model mcnet-sr runs (docs/benchmarks.md, "Quality of mcnet-sr's default"). The SRCNN layers (small
 # beta) converge slowly and stop 0.1-0.2 dB short at FAST_TOL. mcnet-sr runs them on our SRCNN (the tables' is the
-# official one) from the learned start fitted to that pair (mcnet_basicsr.pretrained.STARTS) and takes their output
+# official one) from the learned start fitted to that pair (mcnet_basicsr.zoo.pretrained.STARTS) and takes their output
 # from an extrapolated last iterate (DEFAULT_EXTRAPOLATION, MCNetArch's extrapolation): x2 at 3e-5 then stops 0.008 dB
 # short on Set5, x3 at 2e-5 0.009, x4 at 3e-5 0.008, too near the bound. The compact RCAN x3 layer stops 0.012 dB
 # short at FAST_TOL; every other layer is within 0.01 dB there.
@@ -141,7 +141,7 @@ def main(argv=None, models=None, keep_memory=False):
     """Console entry point; returns the exit status (0 ok, 1 some images failed, 2 usage error).
 
     ``models``: a dict in which a caller running several commands in one process keeps the built models
-    (see :func:`mcnet_basicsr.inference.get_model`); None builds the model afresh. ``keep_memory``: the process
+    (see :func:`mcnet_basicsr.cli.inference.get_model`); None builds the model afresh. ``keep_memory``: the process
     keeps the memory it frees (:func:`keep_freed_memory`), unless ``--tile`` asks for bounded memory.
     """
     try:
@@ -157,7 +157,7 @@ def main(argv=None, models=None, keep_memory=False):
 
 
 def load_inference():
-    """Import :mod:`mcnet_basicsr.inference`, the heavy part (torch, OpenCV, the models), and return it.
+    """Import :mod:`mcnet_basicsr.cli.inference`, the heavy part (torch, OpenCV, the models), and return it.
 
     Where the package is not imported yet, its registration into BasicSR's registries is deferred: the default
     models need none of basicsr (nor the torchvision and scipy.stats it imports), seconds saved. BasicSR's
@@ -170,7 +170,7 @@ def load_inference():
             import mcnet_basicsr  # noqa: F401
         finally:
             mcnet_basicsr_hook.defer_registration(False)
-    from mcnet_basicsr import inference
+    from mcnet_basicsr.cli import inference
     return inference
 
 

@@ -21,9 +21,9 @@ import torch
 from tqdm import tqdm
 
 from mcnet_basicsr.ops import build_operator, imresize
-from mcnet_basicsr.pretrained import build_pretrained_backbone, build_pretrained_mcnet, default_eps_rms
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.pipeline import default_root_path
+from mcnet_basicsr.zoo.pretrained import build_pretrained_backbone, build_pretrained_mcnet, default_eps_rms
 
 PHOTOS = ('astronaut', 'coffee', 'chelsea')
 

@@ -13,8 +13,8 @@ if __package__ in (None, ''):  # run as a script: import the package, not its fo
     sys.path[0] = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 
 import mcnet_basicsr  # noqa: E402,F401  (registers our types, aliases torchvision)
-from mcnet_basicsr.assets import check_option_file_inputs  # noqa: E402
 from mcnet_basicsr.utils.pipeline import default_root_path, destroy_dist, patch_basicsr_for_cpu  # noqa: E402
+from mcnet_basicsr.zoo.assets import check_option_file_inputs  # noqa: E402
 
 
 def main(root_path=None):

@@ -1,4 +1,4 @@
-"""Convert third-party backbone weights into BasicSR checkpoints for our archs (see mcnet_basicsr.convert).
+"""Convert third-party backbone weights into BasicSR checkpoints for our archs (see mcnet_basicsr.zoo.convert).
 
     python scripts/convert_weights.py --type srcnn_mat srcnn_955_imagenet_x2.mat srcnn_955_imagenet_x3.mat
     python scripts/convert_weights.py --type srcnn_pth TORCH/srcnn_x2.pth --out-dir /tmp/weights
@@ -13,7 +13,7 @@ import logging
 import os.path as osp
 import sys
 
-from mcnet_basicsr.convert import CONVERTERS, ConversionError, convert_weights
+from mcnet_basicsr.zoo.convert import CONVERTERS, ConversionError, convert_weights
 
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 

@@ -8,9 +8,9 @@ The protocol and the record keys are documented in ``mcnet_basicsr.evaluation``.
 """
 import argparse
 
-from mcnet_basicsr.assets import exit_if_inputs_missing
-from mcnet_basicsr.evaluation import check_set_items, evaluate_option, read_option, resolve_device
+from mcnet_basicsr.evaluation.evaluate import check_set_items, evaluate_option, read_option, resolve_device
 from mcnet_basicsr.utils.files import read_json_list, write_json
+from mcnet_basicsr.zoo.assets import exit_if_inputs_missing
 
 
 def main(argv=None):

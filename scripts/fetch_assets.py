@@ -1,4 +1,4 @@
-"""Fetch the third-party data sets and weights listed in mcnet_basicsr/assets.yml, with checksums.
+"""Fetch the third-party data sets and weights listed in mcnet_basicsr/zoo/assets.yml, with checksums.
 
     python scripts/fetch_assets.py                      # everything (about 90 MB), from GitHub
     python scripts/fetch_assets.py Set5 Set14 srcnn_955_imagenet
@@ -17,7 +17,7 @@ import argparse
 import os.path as osp
 import sys
 
-from mcnet_basicsr.assets import AssetError, fetch, load_manifest, missing_outputs, select
+from mcnet_basicsr.zoo.assets import AssetError, fetch, load_manifest, missing_outputs, select
 
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 

@@ -20,9 +20,9 @@ import json
 import os.path as osp
 import re
 
-from mcnet_basicsr.evaluation import (QUICK_OVERRIDES, evaluate_option, in_directory, missing_inputs, read_option,
-                                      resolve_device, restrict_datasets)
-from mcnet_basicsr.tables import DATASETS, ROWS, SCALES, key_of, markdown, row_label, to_record
+from mcnet_basicsr.evaluation.evaluate import (QUICK_OVERRIDES, evaluate_option, in_directory, missing_inputs,
+                                               read_option, resolve_device, restrict_datasets)
+from mcnet_basicsr.evaluation.tables import DATASETS, ROWS, SCALES, key_of, markdown, row_label, to_record
 from mcnet_basicsr.utils.files import write_json, write_text
 
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))

@@ -40,9 +40,9 @@ import tempfile
 
 from tqdm import tqdm
 
-from mcnet_basicsr.evaluation import (QUICK_OVERRIDES, evaluate_option, in_directory, missing_inputs, read_option,
-                                      resolve_device)
-from mcnet_basicsr.perturbations import NOISE_SIGMA, PERTURBATIONS, Y_NOISE_GAIN, make_lr_set
+from mcnet_basicsr.evaluation.evaluate import (QUICK_OVERRIDES, evaluate_option, in_directory, missing_inputs,
+                                               read_option, resolve_device)
+from mcnet_basicsr.evaluation.perturbations import NOISE_SIGMA, PERTURBATIONS, Y_NOISE_GAIN, make_lr_set
 from mcnet_basicsr.utils.files import replace_section, write_json
 
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))

@@ -25,8 +25,8 @@ import os.path as osp
 
 from tqdm import tqdm
 
-from mcnet_basicsr.evaluation import (SELECTION_SET, add_selection_arguments, check_set_items, evaluate_option,
-                                      in_directory, load_selection_option, resolve_device)
+from mcnet_basicsr.evaluation.evaluate import (SELECTION_SET, add_selection_arguments, check_set_items, evaluate_option,
+                                               in_directory, load_selection_option, resolve_device)
 from mcnet_basicsr.utils.files import replace_section, write_json
 
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))

@@ -17,8 +17,12 @@ if os.environ.get('PYTEST_XDIST_WORKER'):
     os.environ.setdefault('OMP_NUM_THREADS',
                           str(max(1, (os.cpu_count() or 1) // int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', 1)))))
 SHARED = REPO_ROOT.parent / 'shared'
+BENCHMARKS = REPO_ROOT / 'benchmarks'
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+# the lab's modules import each other by name, as when run as python benchmarks/<name>.py (its folder on sys.path)
+if str(BENCHMARKS) not in sys.path:
+    sys.path.append(str(BENCHMARKS))
 
 import mcnet_basicsr_hook  # noqa: E402
 

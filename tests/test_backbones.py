@@ -36,7 +36,7 @@ def device():
 
 @pytest.fixture(scope='module')
 def convert_weights():
-    from mcnet_basicsr import convert
+    from mcnet_basicsr.zoo import convert
     return convert
 
 

@@ -21,9 +21,9 @@ from basicsr.metrics import calculate_psnr
 from basicsr.utils import tensor2img
 from basicsr.utils.matlab_functions import imresize as imresize_basicsr
 
-from conftest import REPO_ROOT, SHARED, load_script, sample_photo, shared_path
-from mcnet_basicsr import tables
-from mcnet_basicsr.evaluation import evaluate_option
+from conftest import REPO_ROOT, SHARED, load_script, repo_env, sample_photo, shared_path
+from mcnet_basicsr.evaluation import tables
+from mcnet_basicsr.evaluation.evaluate import evaluate_option
 from mcnet_basicsr.archs.baselines_arch import TVTV, Bicubic, PnPADMM, _grad, _grad_adjoint
 from mcnet_basicsr.ops import build_operator, imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
@@ -107,7 +107,7 @@ def set5_root(tmp_path_factory):
     root = tmp_path_factory.mktemp('prepared')
     subprocess.run([sys.executable, str(REPO_ROOT / 'scripts' / 'prepare_datasets.py'), '--src', str(src), '--root',
                     str(root), '--scales', '2', '3', '4', '--eval-sets', 'Set5', '--train-sets'], check=True,
-                   capture_output=True)
+                   env=repo_env(), capture_output=True)
     return root
 
 

@@ -1,5 +1,5 @@
-"""scripts/benchmark.py: the quick CPU run (every section, JSON schema, markdown section) and its pieces
-(loaded from its file: nothing imports scripts/)."""
+"""benchmarks/benchmark.py: the quick CPU run (every section, JSON schema, markdown section) and its pieces
+(imported by name: benchmarks/ is on the tests' sys.path, as on a command line's)."""
 import importlib.util
 import json
 import subprocess
@@ -8,10 +8,10 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO_ROOT, shared_path
-from mcnet_basicsr.benchmarking import CONFIGS, configured
+from conftest import REPO_ROOT, repo_env, shared_path
+from benchmarking import CONFIGS, configured
 
-SCRIPT = REPO_ROOT / 'scripts' / 'benchmark.py'
+SCRIPT = REPO_ROOT / 'benchmarks' / 'benchmark.py'
 
 
 @pytest.fixture(scope='module')
@@ -33,7 +33,7 @@ def test_quick_run_writes_json_and_replaces_only_its_markdown_section(tmp_path):
     out = tmp_path / 'bench.json'
     cmd = [sys.executable, str(SCRIPT), '--quick', '--threads', '1', '--scales', '2', '--datasets', 'Set5',
            '--srcnn', 'ours', '--out-json', str(out), '--out-md', str(md), *data]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=repo_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     result = json.loads(out.read_text())
@@ -84,7 +84,7 @@ def test_quick_run_writes_json_and_replaces_only_its_markdown_section(tmp_path):
 
 def test_flops_write_markdown_and_arguments(bench, tmp_path):
     from mcnet_basicsr.archs.dncnn_arch import DnCNN
-    from mcnet_basicsr.utils.profiling import conv_flops_per_pixel
+    from timing import conv_flops_per_pixel
     assert conv_flops_per_pixel(DnCNN(num_feat=8, depth=3)) == 2 * 9 * (8 + 64 + 8)
     path = tmp_path / 'b.md'
     path.write_text('# Benchmarks\n\nother\n')

@@ -55,9 +55,9 @@ def test_bad_arguments_answer_with_one_line_and_import_nothing_heavy(tmp_path):
 
 def test_constants_agree_with_the_package():
     import mcnet_sr_cli
-    from mcnet_basicsr import inference
+    from mcnet_basicsr.cli import inference
     from mcnet_basicsr.deq import SolverConfig
-    from mcnet_basicsr.pretrained import BACKBONES, SCALES
+    from mcnet_basicsr.zoo.pretrained import BACKBONES, SCALES
     fast = SolverConfig.preset('fast')
     assert mcnet_sr_cli.BACKBONES == BACKBONES and mcnet_sr_cli.SCALES == SCALES
     assert (mcnet_sr_cli.FAST_MAX_ITER, mcnet_sr_cli.FAST_TOL) == (fast.max_iter, fast.tol)
@@ -88,10 +88,10 @@ def test_default_tolerance_is_per_shipped_layer():
 
 @pytest.mark.slow  # three fresh processes that import torch
 def test_latency_benchmark_times_each_stage(tmp_path):
-    """scripts/benchmark_cli.py runs the real command and a breakdown whose stages add up to the process's life."""
+    """benchmarks/benchmark_cli.py runs the real command and a breakdown whose stages add up to the process's life."""
     import json
     out = tmp_path / 'cli.json'
-    proc = subprocess.run([sys.executable, 'scripts/benchmark_cli.py', '--device', 'cpu', '--scale', '2', '--size', '24',
+    proc = subprocess.run([sys.executable, 'benchmarks/benchmark_cli.py', '--device', 'cpu', '--scale', '2', '--size', '24',
                            '--repeats', '1', '--json', str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,5 +1,5 @@
 """Denoiser training through BasicSR (CleanPatchDataset + DenoiserModel), the spectral bound of the
-trained net, its use by MCNetArch / PnPADMM, and scripts/select_denoiser.py."""
+trained net, its use by MCNetArch / PnPADMM, and benchmarks/select_denoiser.py."""
 import json
 import subprocess
 import sys
@@ -190,7 +190,7 @@ def test_checkpoint_loads_into_mcnet_and_pnp(trained):
 @pytest.mark.slow
 def test_select_denoiser(trained, ws, tmp_path, capsys):
     exp, _ = trained
-    select = load_script('select_denoiser')
+    import select_denoiser as select
     cands = [str(exp / 'models/net_g_40.pth'), str(exp / 'models/net_g_20.pth')]
     out = tmp_path / 'sel.json'
     args = ['--limit', '1', '--data-root', str(ws / 'datasets'), '--iterations', '3', '--device', 'cpu',

@@ -1,4 +1,4 @@
-"""scripts/search_beta.py, scripts/calibrate_beta.py and scripts/robustness.py on a tiny Set5.
+"""scripts/search_beta.py, benchmarks/calibrate_beta.py and scripts/robustness.py on a tiny Set5.
 
 CPU only: a two-photo "Set5" (48x48 HR, scikit-image photos) is prepared in a temporary folder
 exactly as scripts/prepare_datasets.py lays it out; solvers are loose. Backbone weights: the
@@ -19,13 +19,15 @@ import yaml
 
 from conftest import REPO_ROOT, SHARED, load_script, sample_photo
 from mcnet_basicsr.archs.dncnn_arch import DnCNN
-from mcnet_basicsr.evaluation import load_selection_option
+from mcnet_basicsr.evaluation.evaluate import load_selection_option
+from mcnet_basicsr.evaluation.perturbations import PERTURBATIONS, perturb
 from mcnet_basicsr.ops import imresize
-from mcnet_basicsr.perturbations import PERTURBATIONS, perturb
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.files import replace_section
 
-calibrate_beta = load_script('calibrate_beta')
+import calibrate_beta  # the lab's (benchmarks/ is on the tests' sys.path)
+import tolerance_sweep as sweep
+
 robustness = load_script('robustness')
 search_beta = load_script('search_beta')
 
@@ -254,17 +256,15 @@ def test_tolerance_sweep_matches_real_solves(data_root, tmp_path):
     """One recorded solve stands for a solve at every looser tolerance: each row's iterations and PSNR are those of
     the layer solved at that tolerance (mcnet-sr's model), and the tables' row is the tables' own output."""
     from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
-    from mcnet_basicsr.pretrained import build_pretrained_mcnet
-    from mcnet_basicsr.tolerance_sweep import prepared_pairs
     from mcnet_basicsr.utils.color import luma
-    sweep = load_script('tolerance_sweep')
+    from mcnet_basicsr.zoo.pretrained import build_pretrained_mcnet
     out = tmp_path / 'sweep.json'
     record = sweep.main(['--scale', '2', '--datasets', 'Set5', '--data-root', str(data_root), '--tols', '1e-3', '1e-4',
                          '1e-6', '--out', str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(record))
     rows = record['sets']['Set5']['images']
     assert sorted(rows) == ['astronaut', 'coffee']
-    pairs = prepared_pairs(str(data_root), 'Set5', 2)
+    pairs = sweep.prepared_pairs(str(data_root), 'Set5', 2)
     assert all(np.array_equal(hr, cv2.imread(str(data_root / 'Set5' / 'HR_mod2' / f))) for f, hr, _ in pairs)
     for name, row in rows.items():
         its = [row[t][0] for t in ('0.001', '0.0001', '1e-06')]
@@ -294,10 +294,8 @@ def test_tolerance_sweep_scores_the_extrapolated_output(data_root):
     """With --extrapolation a row is what the layer returns with that extrapolation when solved at the tolerance;
     the tables' row stays the plain tables' solve."""
     from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
-    from mcnet_basicsr.pretrained import build_pretrained_mcnet
-    from mcnet_basicsr.tolerance_sweep import prepared_pairs
     from mcnet_basicsr.utils.color import luma
-    sweep = load_script('tolerance_sweep')
+    from mcnet_basicsr.zoo.pretrained import build_pretrained_mcnet
     args = ['--scale', '2', '--datasets', 'Set5', '--data-root', str(data_root), '--tols', '1e-3', '--limit', '1']
     plain, extrapolated = sweep.main(args), sweep.main(args + ['--extrapolation', '0.25'])
     assert extrapolated['extrapolation'] == 0.25
@@ -305,7 +303,7 @@ def test_tolerance_sweep_scores_the_extrapolated_output(data_root):
     plain_row = plain['sets']['Set5']['images'][name]
     assert row['tables_psnr'] == plain_row['tables_psnr'] and row['0.001'][0] == plain_row['0.001'][0]
     assert row['0.001'][1] != plain_row['0.001'][1]
-    file, _, lr = prepared_pairs(str(data_root), 'Set5', 2, 1)[0]
+    file, _, lr = sweep.prepared_pairs(str(data_root), 'Set5', 2, 1)[0]
     net = build_pretrained_mcnet(2, solver={'preset': 'tables', 'tol': 1e-3})
     net.extrapolation = 0.25
     with torch.no_grad():
@@ -315,6 +313,5 @@ def test_tolerance_sweep_scores_the_extrapolated_output(data_root):
 
 
 def test_tolerance_sweep_explains_missing_data(tmp_path):
-    sweep = load_script('tolerance_sweep')
     with pytest.raises(SystemExit, match='prepare_datasets'):
         sweep.main(['--scale', '2', '--datasets', 'Set5', '--data-root', str(tmp_path), '--limit', '1'])

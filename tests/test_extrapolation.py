@@ -13,8 +13,8 @@ from conftest import sample_photo
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 from mcnet_basicsr.deq import solve
 from mcnet_basicsr.ops import build_operator
-from mcnet_basicsr.pretrained import build_pretrained_mcnet
 from mcnet_basicsr.utils.color import luma
+from mcnet_basicsr.zoo.pretrained import build_pretrained_mcnet
 
 
 def _pair(scale, size):

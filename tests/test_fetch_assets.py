@@ -1,4 +1,4 @@
-"""scripts/fetch_assets.py and mcnet_basicsr.assets: downloads against a real HTTP server on 127.0.0.1
+"""scripts/fetch_assets.py and mcnet_basicsr.zoo.assets: downloads against a real HTTP server on 127.0.0.1
 (good, corrupted, missing and cut-off files), copies from ../shared, idempotence and --force. No test
 touches the internet: the manifest's URLs are redirected to the local server with ``base_url``."""
 import hashlib
@@ -14,9 +14,9 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import REPO_ROOT, SHARED
-from mcnet_basicsr import assets
-from mcnet_basicsr.assets import RAW_BASE, AssetError, fetch, load_manifest, pixel_sha256
+from conftest import REPO_ROOT, SHARED, repo_env
+from mcnet_basicsr.zoo import assets
+from mcnet_basicsr.zoo.assets import RAW_BASE, AssetError, fetch, load_manifest, pixel_sha256
 
 REPO, COMMIT = 'someone/data', '0123456789abcdef0123456789abcdef01234567'
 CUT_PREFIX = '/cut/'  # the server announces more bytes than it sends for these paths
@@ -214,19 +214,19 @@ def test_from_shared_then_prepare_datasets(tmp_path):
     root = tmp_path / 'root'
     cmd = [sys.executable, 'scripts/fetch_assets.py', '--root', str(root), '--from', str(SHARED), 'Set5',
            'dncnn17_ryu']
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=repo_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert 'Set5: 5 fetched' in proc.stdout
     manifest = load_manifest()
     for name in ('Set5', 'dncnn17_ryu'):
         for afile in manifest[name].files:
             assert assets.is_verified(afile, root / afile.dest), afile.dest
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=repo_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and 'Set5: 0 fetched, 5 already present' in proc.stdout, proc.stdout
 
     # what fetch_assets made is what prepare_datasets reads by default (--src = --root)
     proc = subprocess.run([sys.executable, 'scripts/prepare_datasets.py', '--root', str(root / 'datasets'),
-                           '--eval-sets', 'Set5', '--train-sets', '--scales', '3'], cwd=REPO_ROOT,
+                           '--eval-sets', 'Set5', '--train-sets', '--scales', '3'], cwd=REPO_ROOT, env=repo_env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     woman = Image.open(root / 'datasets' / 'Set5' / 'HR_mod3' / 'woman.png')
@@ -237,16 +237,16 @@ def test_from_shared_then_prepare_datasets(tmp_path):
 @pytest.mark.slow
 def test_cli_errors(tmp_path):
     proc = subprocess.run([sys.executable, 'scripts/fetch_assets.py', '--root', str(tmp_path), 'Set6'],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=REPO_ROOT, env=repo_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and 'unknown asset(s) Set6' in proc.stderr and 'Traceback' not in proc.stderr
     proc = subprocess.run([sys.executable, 'scripts/fetch_assets.py', '--root', str(tmp_path), '--from',
-                           str(tmp_path / 'nowhere'), 'Set5'], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=120)
+                           str(tmp_path / 'nowhere'), 'Set5'], cwd=REPO_ROOT, env=repo_env(), capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 2 and 'not a folder' in proc.stderr
     (tmp_path / 'empty').mkdir()
     proc = subprocess.run([sys.executable, 'scripts/fetch_assets.py', '--root', str(tmp_path), '--from',
-                           str(tmp_path / 'empty'), 'Set5'], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=120)
+                           str(tmp_path / 'empty'), 'Set5'], cwd=REPO_ROOT, env=repo_env(), capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 1 and 'datasets/Set5/HR/baby.png' in proc.stderr, proc.stderr
     assert not (tmp_path / 'datasets' / 'Set5' / 'HR' / 'baby.png').exists()
 
@@ -255,7 +255,7 @@ def test_nothing_in_the_product_reads_the_shared_folder():
     """Option files, the package, the scripts and the README name only the repository's own conventions
     (datasets/, experiments/pretrained_models/, mcnet_basicsr/weights/); ../shared exists on few machines."""
     hits = []
-    paths = [REPO_ROOT / 'README.md'] + [p for d in ('options', 'mcnet_basicsr', 'scripts')
+    paths = [REPO_ROOT / 'README.md'] + [p for d in ('options', 'mcnet_basicsr', 'scripts', 'benchmarks')
                                          for p in sorted((REPO_ROOT / d).rglob('*')) if p.is_file()]
     for path in paths:
         if path.suffix in ('.pth', '.pyc'):

@@ -118,7 +118,7 @@ def test_official_weights_give_the_published_set5_psnr(name, scale):
 @pytest.mark.parametrize('kind, files', [('imdn', ['IMDN_x2.pth', 'IMDN_x3.pth', 'IMDN_x4.pth']),
                                          ('pan', ['PANx2_DF2K.pth', 'PANx3_DF2K.pth', 'PANx4_DF2K.pth'])])
 def test_convert_official_weights_into_what_the_option_files_read(kind, files, tmp_path):
-    from mcnet_basicsr.convert import convert_weights
+    from mcnet_basicsr.zoo.convert import convert_weights
     folder = shared_path('weights', f'{kind}_official')
     written = convert_weights(kind, [folder / f for f in files], tmp_path)
     assert [p.name for p in written] == [f'{kind}_x{s}.pth' for s in (2, 3, 4)]
@@ -128,7 +128,7 @@ def test_convert_official_weights_into_what_the_option_files_read(kind, files, t
 
 
 def test_pan_scale_must_be_readable_from_the_file_name(tmp_path):
-    from mcnet_basicsr.convert import ConversionError, convert_weights
+    from mcnet_basicsr.zoo.convert import ConversionError, convert_weights
     path = tmp_path / 'pan_weights.pth'
     torch.save(PAN(upscale=2).state_dict(), path)
     with pytest.raises(ConversionError, match='cannot read the scale from the file name'):
@@ -155,7 +155,7 @@ def test_a_layer_records_its_backbone_and_scale():
 
 def test_mcnet_sr_on_imdn_and_pan(tmp_path, capsys):
     import cv2
-    from mcnet_basicsr.inference import main
+    from mcnet_basicsr.cli.inference import main
     photo = tmp_path / 'rocket.png'
     cv2.imwrite(str(photo), sample_photo('rocket', 48)[:, :, ::-1])
     # their weights are third-party: a clear line, no traceback
@@ -187,7 +187,7 @@ SHIPPED_SET5 = {('imdn', 3): (34.3717, 34.3534), ('imdn', 4): (32.2196, 32.1968)
 @pytest.mark.parametrize('name, scale', sorted(SHIPPED_SET5))
 def test_shipped_layer_improves_its_backbone_on_set5(name, scale):
     from mcnet_basicsr.ops import eps_from_rms
-    from mcnet_basicsr.pretrained import build_pretrained_mcnet, default_eps_rms
+    from mcnet_basicsr.zoo.pretrained import build_pretrained_mcnet, default_eps_rms
     folder = {'imdn': 'imdn_official', 'pan': 'pan_official'}[name]
     weights = shared_path('weights', folder, f'IMDN_x{scale}.pth' if name == 'imdn' else f'PANx{scale}_DF2K.pth')
     model = build_pretrained_mcnet(scale, backbone_path=str(weights), backbone=name, eps_rms=default_eps_rms(name),

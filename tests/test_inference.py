@@ -1,8 +1,8 @@
-"""The ``mcnet-sr`` command-line tool (mcnet_basicsr.inference) on small real photos, CPU.
+"""The ``mcnet-sr`` command-line tool (mcnet_basicsr.cli.inference) on small real photos, CPU.
 
 Every call goes through ``main(argv, MODELS)`` in-process (the built models are kept in MODELS, so the slow
 first spectral-norm estimate is paid once per distinct model), except one subprocess run of
-``python -m mcnet_basicsr.inference``. Solvers are loose (``--tol 1e-3``) unless a test needs more.
+``python -m mcnet_basicsr.cli.inference``. Solvers are loose (``--tol 1e-3``) unless a test needs more.
 """
 import csv
 import subprocess
@@ -18,9 +18,9 @@ import torch
 from basicsr.metrics import calculate_psnr
 
 from conftest import repo_env, sample_photo
-from mcnet_basicsr.inference import get_model, main, super_resolve
+from mcnet_basicsr.cli.inference import get_model, main, super_resolve
 from mcnet_basicsr.ops import imresize
-from mcnet_basicsr.pretrained import weight_path
+from mcnet_basicsr.zoo.pretrained import weight_path
 
 FAST = ['--tol', '1e-3']
 
@@ -255,7 +255,7 @@ def test_cpu_model_runs_the_denoiser_channels_last():
     estimate survives the conversion, and the result is the contiguous model's to float32 rounding, in as many
     iterations."""
     import mcnet_sr_cli
-    from mcnet_basicsr.inference import prepare_model
+    from mcnet_basicsr.cli.inference import prepare_model
     cpu = torch.device('cpu')
     args = mcnet_sr_cli.parse_args(['x.png', '-o', 'out', '--scale', '2', '--device', 'cpu', '--tol', '1e-4'])
     model = prepare_model(args, cpu, models={})
@@ -304,7 +304,7 @@ def test_python_dash_m_runs(tmp_path):
     img = write(tmp_path / 'in' / 'a.png', photo('chelsea', 24, 28))
     out = tmp_path / 'out'
     env = repo_env(OMP_NUM_THREADS='1')
-    proc = subprocess.run([sys.executable, '-m', 'mcnet_basicsr.inference', str(img), '-o', str(out), '--scale', '2',
+    proc = subprocess.run([sys.executable, '-m', 'mcnet_basicsr.cli.inference', str(img), '-o', str(out), '--scale', '2',
                            '--threads', '1', *FAST], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert cv2.imread(str(out / 'a_x2.png')).shape == (48, 56, 3)

@@ -228,8 +228,8 @@ def test_every_entry_point_runs_under_the_arch_tf32_setting(backbone_ckpt, rgb_b
     """forward, and the pieces mcnet-sr and the tolerance sweep compose themselves (backbone_estimate, solve), set
     the TF32 flags to allow_tf32 for their own work and restore the process's afterwards. PyTorch's default enables
     TF32 for cuDNN convolutions, which keeps the solve from reaching a tight tolerance on a GPU."""
-    from mcnet_basicsr.inference import super_resolve
-    from mcnet_basicsr.tolerance_sweep import sweep_image
+    from mcnet_basicsr.cli.inference import super_resolve
+    from tolerance_sweep import sweep_image
     _, lr = rgb_batch
     net = make_net(backbone_ckpt, allow_tf32=allow, solver={'forward': {'tol': 1e-3, 'max_iter': 5}}).eval()
     process = not allow

@@ -1,4 +1,4 @@
-"""The learned starts ``mcnet-sr`` uses (``mcnet_basicsr.pretrained.STARTS``): the shipped SRCNN models begin their
+"""The learned starts ``mcnet-sr`` uses (``mcnet_basicsr.zoo.pretrained.STARTS``): the shipped SRCNN models begin their
 solves there, other models and other weights do not, and on a real photo the start reaches the same fixed point as
 the standard start in fewer iterations at the command's default tolerance.
 
@@ -12,11 +12,11 @@ import torch
 
 import mcnet_sr_cli
 from conftest import sample_photo
-from mcnet_basicsr.inference import get_model
+from mcnet_basicsr.cli.inference import get_model
 from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
 from mcnet_basicsr.ops import build_operator
-from mcnet_basicsr.pretrained import STARTS, build_pretrained_mcnet, weight_path
 from mcnet_basicsr.utils.color import luma
+from mcnet_basicsr.zoo.pretrained import STARTS, build_pretrained_mcnet, weight_path
 
 SIZE = 168  # HR side of the photo crop (divisible by 2, 3 and 4)
 

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT
-from mcnet_basicsr.assets import how_to_make, missing_option_inputs
+from conftest import REPO_ROOT, repo_env
+from mcnet_basicsr.zoo.assets import how_to_make, missing_option_inputs
 
 
 @pytest.mark.slow
@@ -15,7 +15,7 @@ def test_missing_inputs_are_named_with_their_command(entry, tmp_path):
     name = 'train_mcnet_srcnn_x3.yml' if entry.endswith('train.py') else 'test_mcnet_srcnn_x3.yml'
     # run from an empty folder: every relative path of the option file is missing there
     proc = subprocess.run([sys.executable, str(REPO_ROOT / entry), '-opt', str(REPO_ROOT / 'options' / name)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=repo_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr[-2000:])
     assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
@@ -37,7 +37,7 @@ def test_force_yml_paths_are_the_ones_checked(tmp_path):
     hr = tmp_path / 'hr'
     hr.mkdir()
     opt.write_text(f'name: t\ndatasets:\n  test_1: {{name: x, dataroot_gt: {tmp_path / "gone"}, dataroot_lq: {hr}}}\n')
-    code = ('import sys; from mcnet_basicsr.assets import check_option_file_inputs; '
+    code = ('import sys; from mcnet_basicsr.zoo.assets import check_option_file_inputs; '
             'check_option_file_inputs(sys.argv[1:]); print("checked")')
     run = [sys.executable, '-c', code, '-opt', str(opt)]
     proc = subprocess.run(run, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)

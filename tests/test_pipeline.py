@@ -140,7 +140,7 @@ def test_train_checkpoint_resume_and_test(workspace):
 
     # the tables (mcnet_basicsr.evaluation) run the same validation: the record is what test_pipeline logs, and
     # its RGB-uint8 PSNR is BasicSR's own metric ('# psnr'), computed apart by BasicSR's calculate_metric
-    from mcnet_basicsr.evaluation import evaluate_option
+    from mcnet_basicsr.evaluation.evaluate import evaluate_option
     with open(test_path) as f:
         record, = evaluate_option(yaml.safe_load(f), torch.device('cpu'))
     line = next(ln for ln in log.splitlines() if 'psnr_y_uint8' in ln)

@@ -26,9 +26,9 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO_ROOT, shared_path
-from mcnet_basicsr.convert import convert_weights
-from mcnet_basicsr.evaluation import evaluate_option
+from conftest import REPO_ROOT, repo_env, shared_path
+from mcnet_basicsr.evaluation.evaluate import evaluate_option
+from mcnet_basicsr.zoo.convert import convert_weights
 
 pytestmark = pytest.mark.slow  # full Set5 evaluations of three scales
 
@@ -50,7 +50,7 @@ def one_image_set5(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('shipped_layers')
     proc = subprocess.run([sys.executable, 'scripts/prepare_datasets.py', '--src', str(src), '--root', str(tmp / 'all'),
                            '--scales', '2', '3', '4', '--eval-sets', 'Set5', '--train-sets'],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=REPO_ROOT, env=repo_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for s in (2, 3, 4):
         for sub in (f'HR_mod{s}', f'LR_bicubic/X{s}'):

@@ -2,7 +2,7 @@
 
 Every file the option files use and this project did not make itself -- the Set5 / Set14 / T91 /
 BSD200 HR images and the official SRCNN, DnCNN, IMDN and PAN weights -- is listed once in
-``mcnet_basicsr/assets.yml``: its public source (a GitHub repository pinned to a commit and a path
+``mcnet_basicsr/zoo/assets.yml``: its public source (a GitHub repository pinned to a commit and a path
 there), its download URL, its SHA256 and where it goes under the repository root
 (``datasets/<Name>/HR/``, ``experiments/pretrained_models/``). :func:`fetch` downloads the files
 (or copies them from a local folder laid out like the manifest's ``mirror`` paths), verifies each

@@ -5,9 +5,9 @@ row with median wall-clock times over ``--repeats`` runs (after warm-up, so the 
 factorisations are cached; their one-off cost is in the "first project" columns, each the first call
 on a new size of a fresh operator):
 
-    python scripts/benchmark_ops.py                       # defaults: 1x1x1024x1024 and 16x1x96x96, x2 and x4
-    python scripts/benchmark_ops.py --devices cpu --out docs/benchmarks_ops.md
-    python scripts/benchmark_ops.py --shapes 1x3x512x512 --scales 3 --dtype float64
+    python benchmarks/benchmark_ops.py                       # defaults: 1x1x1024x1024 and 16x1x96x96, x2 and x4
+    python benchmarks/benchmark_ops.py --devices cpu --out docs/benchmarks_ops.md
+    python benchmarks/benchmark_ops.py --shapes 1x3x512x512 --scales 3 --dtype float64
 
 basicsr's ``imresize`` (a Python loop over output rows/columns, float32, one image at a time) is
 timed on the same downscale, on CPU, looping over the batch as a data pipeline would.

@@ -1,5 +1,5 @@
 """Measuring MCNet on one device: the solver configurations compared against the paper's setting, one
-configuration applied to an arch and restored, and one timed pass over a set (``scripts/benchmark.py`` runs them).
+configuration applied to an arch and restored, and one timed pass over a set (``benchmarks/benchmark.py`` runs them).
 
 Every configuration runs the arch itself (``MCNetArch.forward``); what a configuration changes (solver, backbone
 dtype, memory format, TF32, cuDNN autotuning) is set on entry and restored on exit.
@@ -18,7 +18,8 @@ from mcnet_basicsr.ops import build_operator
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.images import bicubic_lr, list_images, mod_crop, read_hr, read_rgb
 from mcnet_basicsr.utils.precision import cudnn_autotune
-from mcnet_basicsr.utils.profiling import peak_mb, reset_peak, sync
+
+from timing import peak_mb, reset_peak, sync
 
 LOG = logging.getLogger(__name__)
 # SolverConfig requires tol > 0; no relative residual gets this low, so all max_iter iterations run

@@ -34,10 +34,10 @@ from basicsr.data import build_dataloader, build_dataset
 from basicsr.models import build_model
 
 from mcnet_basicsr.archs.backbone_presets_arch import backbone_type
-from mcnet_basicsr.assets import option_inputs
 from mcnet_basicsr.models.protocol_sr_model import ProtocolSRModel
 from mcnet_basicsr.utils.checkpoint import load_network
 from mcnet_basicsr.utils.images import IMG_EXT
+from mcnet_basicsr.zoo.assets import option_inputs
 
 METHODS = {'MCNetArch': 'mcnet', 'Bicubic': 'bicubic', 'PnPADMM': 'pnp', 'TVTV': 'tvtv'}
 # the set on which anything is selected (beta, denoisers); Set14 stays a test set
@@ -232,7 +232,7 @@ def restrict_datasets(opt, names, data_root=None):
 
 
 def missing_inputs(opt):
-    """Paths an option file needs that are not there (data, weights; :func:`mcnet_basicsr.assets.option_inputs`)."""
+    """Paths an option file needs that are not there (data, weights; :func:`mcnet_basicsr.zoo.assets.option_inputs`)."""
     return [path for _, path in option_inputs(opt) if not osp.exists(path)]
 
 

@@ -19,7 +19,7 @@ Networks: ``options/test_mcnet_srcnn_x<s>.yml`` (``--srcnn official``: the conve
 ``test_mcnet_rcan_x<s>.yml``). Missing weights are an error, never a silent substitute. Configurations
 (``--configs``): see ``CONFIGS``; the reference ``paper_200`` is always measured first.
 
-    python scripts/benchmark.py --device cuda --out-json docs/records/benchmark_h100.json --out-md docs/benchmarks.md
+    python benchmarks/benchmark.py --device cuda --out-json docs/records/benchmark_h100.json --out-md docs/benchmarks.md
 
 ``--quick`` runs every section on CPU with tiny inputs and few iterations (for the tests). Data:
 ``<data-root>/<Set>/HR_mod<s>`` and ``LR_bicubic/X<s>`` (scripts/prepare_datasets.py), or, with ``--hr-root``,
@@ -41,15 +41,16 @@ import torch
 from basicsr.archs import build_network
 from tqdm import tqdm
 
-from mcnet_basicsr.benchmarking import (BIG_CONFIGS, CONFIGS, FORCED_TOL, PAPER, PAPER_BACKWARD, QUICK_CONFIGS,
-                                        REFERENCE, Budget, big_input, evaluate_config, load_pairs, run_row, train_patches)
 from mcnet_basicsr.deq import anderson_solve, fixed_point_solve
-from mcnet_basicsr.evaluation import load_weights, read_option, resolve_device
-from mcnet_basicsr.pretrained import weight_path
+from mcnet_basicsr.evaluation.evaluate import load_weights, read_option, resolve_device
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.files import replace_section, write_json, write_text
 from mcnet_basicsr.utils.precision import tf32
-from mcnet_basicsr.utils.profiling import conv_flops_per_pixel, device_name, median_ms, peak_mb, reset_peak, sync
+from mcnet_basicsr.zoo.pretrained import weight_path
+
+from benchmarking import (BIG_CONFIGS, CONFIGS, FORCED_TOL, PAPER, PAPER_BACKWARD, QUICK_CONFIGS, REFERENCE, Budget,
+                          big_input, evaluate_config, load_pairs, run_row, train_patches)
+from timing import conv_flops_per_pixel, device_name, median_ms, peak_mb, reset_peak, sync
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
 LOG = logging.getLogger('benchmark')
@@ -260,7 +261,7 @@ def status_cell(r):
 
 def markdown(result):
     meta, rows = result['meta'], result['rows']
-    out = ['## MCNet end to end (`scripts/benchmark.py`)', '',
+    out = ['## MCNet end to end (`benchmarks/benchmark.py`)', '',
            f"Device: {meta['device']}; torch {meta['torch']}; {meta['command']}. Batch 1 per image, "
            'CUDA-synchronised, after one warm-up image per row; peak memory = `torch.cuda.max_memory_allocated` '
            f"(reset per row). Compute bound = DnCNN FLOPs ({meta['dncnn_flops_per_pixel']} per HR pixel) x HR "
@@ -393,7 +394,7 @@ def main(argv=None):
         from mcnet_basicsr.archs.dncnn_arch import DnCNN
         flops_cache['dncnn'] = conv_flops_per_pixel(DnCNN())
     meta = {'schema_version': SCHEMA_VERSION, 'device': device_name(device), 'torch': torch.__version__,
-            'quick': args.quick, 'command': 'python scripts/benchmark.py ' + ' '.join(sys.argv[1:] if argv is None
+            'quick': args.quick, 'command': 'python benchmarks/benchmark.py ' + ' '.join(sys.argv[1:] if argv is None
                                                                                        else argv),
             'peak_tflops': args.peak_tflops,
             'peak_tflops_note': 'given by --peak-tflops; default 67 = H100 SXM FP32 without tensor cores',

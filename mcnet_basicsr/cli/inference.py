@@ -6,7 +6,7 @@ Usage::
              [--backbone-weights PATH] [--weights PATH]
              [--eps-rms X] [--iters N] [--tol T] [--extrapolation T] [--device auto|cpu|cuda] [--no-cuda-graph]
              [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force]
-    python -m mcnet_basicsr.inference ...
+    python -m mcnet_basicsr.cli.inference ...
 
 The options and their checks live in :mod:`mcnet_sr_cli` (standard library only), so ``--help`` and a bad
 option answer before anything heavy is imported; this module does the work once they are valid.
@@ -59,17 +59,17 @@ from tqdm import tqdm
 import mcnet_sr_cli
 from mcnet_sr_cli import UsageError, print_error
 
-from .deq import release_cuda_graph_memory
-from .ops import imresize
-from .pretrained import build_pretrained_mcnet, check_available, default_eps_rms
-from .utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
-from .utils.color import luma, ycbcr_to_rgb
-from .utils.figure import compose_figure, to_u8_bgr
-from .utils.files import append_csv
-from .utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_gt, read_gt, read_image, split_image,
-                                to_array, write_atomic)
-from .utils.progress import solver_progress
-from .utils.tiling import global_ops, needs_tiling, tiles
+from ..deq import release_cuda_graph_memory
+from ..ops import imresize
+from ..utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
+from ..utils.color import luma, ycbcr_to_rgb
+from ..utils.figure import compose_figure, to_u8_bgr
+from ..utils.files import append_csv
+from ..utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_gt, read_gt, read_image, split_image,
+                                 to_array, write_atomic)
+from ..utils.progress import solver_progress
+from ..utils.tiling import global_ops, needs_tiling, tiles
+from ..zoo.pretrained import build_pretrained_mcnet, check_available, default_eps_rms
 
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
 BACKBONE_NAMES = {'srcnn': 'SRCNN', 'rcan_compact': 'compact RCAN', 'rdn_compact': 'compact RDN', 'imdn': 'IMDN',

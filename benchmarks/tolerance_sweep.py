@@ -6,17 +6,15 @@ meets it (the solvers stop there), so one solve gives every tolerance: its itera
 tables' protocol (the output's Y rounded to uint8, against the mod-cropped HR, crop = scale) of what the layer then
 returns: the map applied once more to that iterate, then the final float64 projection. Printed per set: mean
 iterations and mean PSNR difference to the tables' result per tolerance; ``--out`` writes every image's numbers as
-JSON. Where a learned start ships for the model (``mcnet_basicsr.pretrained.STARTS``, as ``mcnet-sr`` uses it) the
+JSON. Where a learned start ships for the model (``mcnet_basicsr.zoo.pretrained.STARTS``, as ``mcnet-sr`` uses it) the
 solves begin there, and the tables' result they are scored against is the tables' setting itself, solved from the
 standard start (each row's ``reference_psnr``); ``--no-start`` sweeps the standard start.
 
-    python scripts/tolerance_sweep.py --scale 2                                     # Set5 and Set14, shipped SRCNN
-    python scripts/tolerance_sweep.py --scale 2 \
+    python benchmarks/tolerance_sweep.py --scale 2                                     # Set5 and Set14, shipped SRCNN
+    python benchmarks/tolerance_sweep.py --scale 2 \
         --backbone-weights experiments/pretrained_models/srcnn_955_imagenet_x2.pth     # the tables' model
-    python scripts/tolerance_sweep.py --scale 4 --backbone imdn \
+    python benchmarks/tolerance_sweep.py --scale 4 --backbone imdn \
         --backbone-weights experiments/pretrained_models/imdn_x4.pth
-
-(``scripts/tolerance_sweep.py`` runs :func:`main` of this module.)
 
 This is how ``mcnet-sr``'s default ``--tol`` per layer is chosen (``mcnet_sr_cli.DEFAULT_TOL``; docs/benchmarks.md,
 "Quality of mcnet-sr's default"). Data: ``scripts/prepare_datasets.py`` (``datasets/<set>/HR_mod<s>`` and
@@ -32,19 +30,20 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .benchmarking import load_pairs
-from .deq import fixed_point_residual
-from .metrics.y_uint8 import y_uint8_metrics
-from .pretrained import build_pretrained_mcnet, default_eps_rms
-from .utils.color import luma
-from .utils.profiling import device_name
-from .utils.progress import observed_fixed_point_map
+from mcnet_basicsr.deq import fixed_point_residual
+from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
+from mcnet_basicsr.utils.color import luma
+from mcnet_basicsr.utils.progress import observed_fixed_point_map
+from mcnet_basicsr.zoo.pretrained import build_pretrained_mcnet, default_eps_rms
+
+from benchmarking import load_pairs
+from timing import device_name
 
 TOLS = (1e-4, 5e-5, 3e-5, 2e-5, 1.5e-5, 1e-5, 7e-6, 5e-6, 3e-6, 2e-6)
 
 
 def prepared_pairs(data_root, dataset, scale, limit=None):
-    """``[(file, HR uint8 BGR, LR tensor)]`` of a prepared set (:func:`mcnet_basicsr.benchmarking.load_pairs`); a clear
+    """``[(file, HR uint8 BGR, LR tensor)]`` of a prepared set (:func:`benchmarking.load_pairs`); a clear
     error when the set is missing or unpaired."""
     try:
         pairs = load_pairs(data_root, None, dataset, scale, limit, quick=False)
@@ -181,3 +180,7 @@ def main(argv=None):
         with open(args.out, 'w') as f:
             json.dump(record, f, indent=1)
     return record
+
+
+if __name__ == '__main__':
+    main()

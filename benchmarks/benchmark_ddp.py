@@ -9,8 +9,8 @@ iteration ``--warmup`` and the last one, so start-up, the first power iterations
 are left out), the mean forward/backward solver iterations and the final validation PSNR/SSIM, and
 writes a JSON record and a markdown table:
 
-    python scripts/benchmark_ddp.py --json results/benchmark_ddp.json --md results/benchmark_ddp.md
-    python scripts/benchmark_ddp.py --opt options/train_mcnet_srcnn_x2.yml --iters 60 --total-batch 32 --gpus 1 2
+    python benchmarks/benchmark_ddp.py --json results/benchmark_ddp.json --md results/benchmark_ddp.md
+    python benchmarks/benchmark_ddp.py --opt options/train_mcnet_srcnn_x2.yml --iters 60 --total-batch 32 --gpus 1 2
 
 Needs the data and weights the option file names (``datasets/T91`` LMDBs, ``datasets/Set5``,
 ``experiments/pretrained_models/srcnn_955_imagenet_x2.pth``, ``mcnet_basicsr/weights/dncnn6_sigma_*.pth``;

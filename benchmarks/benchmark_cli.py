@@ -1,10 +1,10 @@
 """Latency of ``mcnet-sr`` on one photo: process start to file written, against ``import torch``, and where it goes.
 
 Fresh processes, as a user runs the command (``--repeats`` times, medians reported); the measurement and its
-breakdown are :func:`mcnet_basicsr.cli_latency.measure_cli_latency`. The photo is scikit-image's astronaut
+breakdown are :func:`cli_latency.measure_cli_latency`. The photo is scikit-image's astronaut
 (512 x 512, RGB; ``--size`` resizes it), so nothing needs downloading::
 
-    python scripts/benchmark_cli.py --device cuda --scale 2 --json docs/records/cli_latency_h100.json
+    python benchmarks/benchmark_cli.py --device cuda --scale 2 --json docs/records/cli_latency_h100.json
 """
 import argparse
 import json
@@ -17,7 +17,7 @@ import cv2
 import torch
 from skimage import data
 
-from mcnet_basicsr.cli_latency import measure_cli_latency
+from cli_latency import measure_cli_latency
 
 
 def main():

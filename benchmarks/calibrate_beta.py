@@ -7,7 +7,7 @@ one-parameter selection of the same kind as picking a checkpoint on Set5, and th
 before any test set is looked at. ``scripts/search_beta.py`` grids the initial beta of the
 *untrained* layer instead.
 
-    python scripts/calibrate_beta.py mcnet_basicsr/weights/mcnet_srcnn_x4.pth --scale 4 \\
+    python benchmarks/calibrate_beta.py mcnet_basicsr/weights/mcnet_srcnn_x4.pth --scale 4 \\
         --grid 0.7 0.8 0.85 0.9 1.0 1.15 1.3 --out calibrate_beta_x4.json --save-best /tmp/mcnet_srcnn_x4.pth
 
 Protocol and solver are those of ``options/test_mcnet_srcnn_x<scale>.yml`` through
@@ -24,8 +24,8 @@ import tempfile
 import torch
 from tqdm import tqdm
 
-from mcnet_basicsr.evaluation import (SELECTION_SET, add_selection_arguments, check_set_items, evaluate_option,
-                                      in_directory, load_selection_option, resolve_device)
+from mcnet_basicsr.evaluation.evaluate import (SELECTION_SET, add_selection_arguments, check_set_items, evaluate_option,
+                                               in_directory, load_selection_option, resolve_device)
 from mcnet_basicsr.utils.checkpoint import load_state_dict
 from mcnet_basicsr.utils.files import write_json
 

@@ -1,11 +1,11 @@
 """Pick the denoiser for PnP / MCNet the way the paper did: run the method with each candidate on Set5
 only and keep the one with the highest mean Y-PSNR (evaluation protocol of scripts/evaluate.py).
 
-    python scripts/select_denoiser.py "experiments/train_DnCNN6_sigma_*/models/net_g_latest.pth" \
+    python benchmarks/select_denoiser.py "experiments/train_DnCNN6_sigma_*/models/net_g_latest.pth" \
         "experiments/pretrained_models/dncnn6_authors_sigma_*.pth" --scale 2 --out results/select_x2.json
-    python scripts/select_denoiser.py experiments/train_DnCNN17_SN_sigma_0.04000_0.08000/models/net_g_latest.pth \
+    python benchmarks/select_denoiser.py experiments/train_DnCNN17_SN_sigma_0.04000_0.08000/models/net_g_latest.pth \
         --denoiser "{depth: 17, spectral_norm: true, batch_norm: false}"
-    python scripts/select_denoiser.py "experiments/train_DnCNN6_sigma_*/models/net_g_latest.pth" --method mcnet
+    python benchmarks/select_denoiser.py "experiments/train_DnCNN6_sigma_*/models/net_g_latest.pth" --method mcnet
 
 Candidates are checkpoint paths or globs, in any layout ``load_dncnn`` reads (our BasicSR
 ``net_g_*.pth`` with ``params``, the MCNet authors' DnCNN6 files, Ryu et al.'s DnCNN17).
@@ -24,7 +24,7 @@ import torch
 import yaml
 from tqdm import tqdm
 
-from mcnet_basicsr.evaluation import check_set_items, evaluate_option, set_by_path
+from mcnet_basicsr.evaluation.evaluate import check_set_items, evaluate_option, set_by_path
 from mcnet_basicsr.utils.files import write_json
 
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))

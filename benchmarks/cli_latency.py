@@ -4,8 +4,8 @@
 the machine), the real command, and a breakdown in one process that calls the functions ``mcnet-sr`` runs, in its
 order: interpreter start-up, ``import torch``, the other imports, the model (weights read, spectral norms), the
 projection's set-up for a new image size, the image (read, backbone, solve, write) and the same image once more
-(everything warm: the difference is what a first image of a size pays). ``scripts/benchmark_cli.py`` is its
-command line.
+(everything warm: the difference is what a first image of a size pays). ``benchmarks/benchmark_cli.py`` is its
+command line. It measures the checkout this folder belongs to (the subprocesses put its root first on PYTHONPATH).
 """
 import json
 import os
@@ -16,13 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: benchmarks/ sits beside mcnet_sr_cli.py
 STAGES = ('interpreter', 'torch', 'package', 'model', 'setup', 'image', 'image_again')
 
 # what the console script runs (setup.py: mcnet-sr = mcnet_sr_cli:console_main), without needing it installed
 CLI = 'import mcnet_sr_cli; mcnet_sr_cli.console_main()'
 
-# The breakdown: mcnet-sr's own functions, timed in its order (mcnet_basicsr.inference.run / process_image).
+# The breakdown: mcnet-sr's own functions, timed in its order (mcnet_basicsr.cli.inference.run / process_image).
 BREAKDOWN = r'''
 import json, os, sys, time
 t = {'start': time.time()}
