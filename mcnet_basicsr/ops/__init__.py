@@ -12,14 +12,16 @@ Registered types: ``bicubic`` (:class:`MatlabBicubicDownsample`), ``box`` (:clas
 ``gaussian`` (:class:`GaussianDownsample`). Add your own with ``@OPERATOR_REGISTRY.register('name')``
 on a :class:`SeparableDownsample` subclass.
 """
+from .base import DownsampleOperator
 from .consistency import QUANTIZATION_EPS_RMS, eps_from_rms
 from .imresize import imresize
 from .operators import BoxDownsample, GaussianDownsample, MatlabBicubicDownsample, build_operator
 from .registry import OPERATOR_REGISTRY, OperatorRegistry, UnknownOperatorError
-from .separable import SeparableDownsample, solve_secular_equation
+from .secular import projection_coefficients, solve_secular_equation
+from .separable import SeparableDownsample
 
 __all__ = [
     'build_operator', 'OPERATOR_REGISTRY', 'OperatorRegistry', 'UnknownOperatorError', 'imresize', 'eps_from_rms',
-    'QUANTIZATION_EPS_RMS', 'SeparableDownsample', 'MatlabBicubicDownsample', 'BoxDownsample', 'GaussianDownsample',
-    'solve_secular_equation'
+    'QUANTIZATION_EPS_RMS', 'DownsampleOperator', 'SeparableDownsample', 'MatlabBicubicDownsample', 'BoxDownsample',
+    'GaussianDownsample', 'solve_secular_equation', 'projection_coefficients'
 ]
