@@ -77,21 +77,18 @@ def solve_secular_equation(energy, sig, eps, max_iter=100):
     return torch.from_numpy(mu).to(device)
 
 
-def projection_coefficients(energy, sig, eps, grad_order=1):
+def projection_coefficients(energy, sig, eps):
     """Per-sample diagonal ``c`` (N, K) in float64 such that ``P(x) = x - A^T U diag(c) U^* (A x - b)``.
 
     ``c = 1 / sig`` for samples with ``eps = 0``, 0 for samples inside their ball, ``mu / (1 + mu sig)`` for the
     others, ``mu`` from :func:`solve_secular_equation` followed by one differentiable Newton step at the root: its
     value is mu itself (to rounding) and its gradient with respect to ``energy`` and ``eps`` is exactly the
     implicit-function-theorem gradient of mu (first derivatives; second derivatives leave out mu's curvature).
-    ``grad_order=2`` takes a second differentiable Newton step (from the first one, with the same derivative at the
-    root), which adds exactly those terms, for gradients of gradients; values and first derivatives are the same.
 
     Args:
         energy (Tensor): (N, K) float64 ``|r~_k|^2`` summed over the channels, differentiable.
         sig (Tensor): (K,) or (N, K) float64 eigenvalues of ``A A^T``, all > 0.
         eps (Tensor): (N,) float64 radii, differentiable.
-        grad_order (int): 1 or 2, the highest order of derivatives that are exact.
 
     Returns:
         Tensor: (N, K) float64.
@@ -106,21 +103,12 @@ def projection_coefficients(energy, sig, eps, grad_order=1):
     # Inside / eps = 0 samples get harmless stand-in values (no 0/0 in the backward pass).
     safe_energy = torch.where(outside[:, None], energy, torch.ones_like(energy))
     safe_eps = torch.where(outside, eps, torch.ones_like(eps))
-
-    def phi(mu):
-        inv = (mu[:, None] * sig).add(1.0).reciprocal()
-        f = torch.linalg.vecdot(safe_energy, inv.square())
-        return torch.rsqrt(f) - 1.0 / safe_eps, f, inv
-
-    phi_root, f, inv = phi(mu_root)
+    inv = (mu_root[:, None] * sig).add(1.0).reciprocal()
+    f = torch.linalg.vecdot(safe_energy, inv.square())
+    phi_root = torch.rsqrt(f) - 1.0 / safe_eps
     with torch.no_grad():
         dphi = torch.rsqrt(f).pow(3) * torch.linalg.vecdot(safe_energy, sig * inv.pow(3))
     mu = mu_root - phi_root / dphi
-    if grad_order == 2:
-        # A second step from the first, dividing by the same phi'(mu_root): with mu' = d mu_1 / d theta, its
-        # second derivative is -(phi_tt + 2 phi_tm mu' + phi_mm mu'^2) / phi_m, the implicit function's own
-        # (the single step has -phi_tt / phi_m only). Inside samples (mu_1 > 0 there) are dropped below.
-        mu = mu - phi(mu)[0] / dphi
     mu = torch.where(outside, mu, torch.zeros_like(mu_root))[:, None]
     soft = mu / (1.0 + mu * sig)  # 0 for samples inside their set: P(x) = x
     return torch.where(is_zero[:, None], exact, soft)

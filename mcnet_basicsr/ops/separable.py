@@ -284,7 +284,7 @@ class SeparableDownsample(DownsampleOperator):
         return _left_right(y, mh['matrix_t'], mw['matrix_t'])
 
     # ------------------------------------------------------------------ projection
-    def project(self, x, b, eps=0.0, grad_order=1):
+    def project(self, x, b, eps=0.0):
         """Euclidean projection of ``x`` onto ``{z : ||A z - b||_2 <= eps}``, per sample.
 
         Args:
@@ -299,16 +299,8 @@ class SeparableDownsample(DownsampleOperator):
             then one differentiable Newton step is taken at the root; its value is mu itself (to
             rounding) and its gradient is exactly the implicit-function-theorem gradient of mu
             (:func:`~mcnet_basicsr.ops.secular.projection_coefficients`).
-        grad_order (int): 1 or 2, the highest order of derivatives that are exact. For ``eps > 0``
-            the one Newton step gives exact first derivatives only: its second derivatives leave out
-            the curvature of mu. ``2`` takes a second differentiable Newton step (from the first one,
-            with the same derivative at the root), which adds exactly those terms, for gradients of
-            gradients (``create_graph=True``, e.g. a Jacobian penalty of a map that projects). Its value
-            and first derivatives equal ``1``'s up to rounding; ``eps = 0`` is linear and exact either way.
         """
         b = self._check_pair(x, b)
-        if grad_order not in (1, 2):
-            raise ValueError(f'grad_order must be 1 or 2, got {grad_order!r}')
         n = x.shape[0]
         eps_t = self._eps_tensor(eps, n, x.device)
         if not torch.is_tensor(eps) and eps == 0:  # the common exact case: no multiplier, no eigendecomposition
@@ -325,6 +317,6 @@ class SeparableDownsample(DownsampleOperator):
         r_rot = _left_right(x, ah['rotated'], aw['rotated']) - _left_right(b, ah['eigvecs'].T, aw['eigvecs'].T)
         sig = ah['eigvals'][:, None] * aw['eigvals'][None, :]  # (h, w) float64
         energy = r_rot.to(torch.float64).square().sum(1).flatten(1)  # (N, h*w); channels share sig
-        coef = projection_coefficients(energy, sig.flatten(), eps_t, grad_order).view(n, *sig.shape).to(x.dtype)
+        coef = projection_coefficients(energy, sig.flatten(), eps_t).view(n, *sig.shape).to(x.dtype)
         correction = coef[:, None] * r_rot
         return x - _left_right(correction, ah['rotated'].T, aw['rotated'].T)
