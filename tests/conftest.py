@@ -105,6 +105,29 @@ def make_venv(path):
     return python
 
 
+def dense_ball_projection(a, x, b, eps):
+    """Projection of one sample ``x`` onto ``{z : ||a z - b|| <= eps}`` by a dense float64 reference: mu by bisection
+    on ``||(I + mu a a^T)^{-1} r|| = eps``, then ``x - a^T mu (I + mu a a^T)^{-1} r``."""
+    import torch
+    k = a @ a.T
+    r = a @ x - b
+    if r.norm() <= eps:
+        return x.clone()
+    eye = torch.eye(k.shape[0], dtype=k.dtype)
+
+    def res_norm(mu):
+        return torch.linalg.solve(eye + mu * k, r).norm().item()
+
+    lo, hi = 0.0, 1.0
+    while res_norm(hi) > eps:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if res_norm(mid) > eps else (lo, mid)
+    mu = 0.5 * (lo + hi)
+    return x - a.T @ (mu * torch.linalg.solve(eye + mu * k, r))
+
+
 @pytest.fixture
 def shared():
     return shared_path()

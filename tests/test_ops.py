@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import dense_ball_projection
 from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_operator, eps_from_rms, imresize, solve_secular_equation
 
 SHARED_DATASETS = Path(__file__).resolve().parents[1].parent / 'shared' / 'datasets'
@@ -320,27 +321,6 @@ def _solve_gram(op, rhs):
 
 
 # ----------------------------------------------------------------------------- projection, eps > 0
-def _dense_ball_projection(a, x, b, eps):
-    """Reference for one sample: mu by bisection on ||(I + mu A A^T)^{-1} r|| = eps (dense, float64)."""
-    k = a @ a.T
-    r = a @ x - b
-    if r.norm() <= eps:
-        return x.clone()
-    eye = torch.eye(k.shape[0], dtype=k.dtype)
-
-    def res_norm(mu):
-        return torch.linalg.solve(eye + mu * k, r).norm().item()
-
-    lo, hi = 0.0, 1.0
-    while res_norm(hi) > eps:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if res_norm(mid) > eps else (lo, mid)
-    mu = 0.5 * (lo + hi)
-    return x - a.T @ (mu * torch.linalg.solve(eye + mu * k, r))
-
-
 @pytest.mark.parametrize('op_type,scale', [('bicubic', 2), ('bicubic', 3), ('gaussian', 2), ('box', 4)])
 def test_project_eps_positive_per_sample(op_type, scale):
     op = build_operator({'type': op_type, 'scale': scale})
@@ -365,7 +345,7 @@ def test_project_eps_positive_per_sample(op_type, scale):
     # against a dense bisection reference
     a = _dense(op, h, w)
     for n in (0, 1, 3):
-        ref = _dense_ball_projection(torch.block_diag(a, a), x[n].flatten(), b[n].flatten(), eps[n].item())
+        ref = dense_ball_projection(torch.block_diag(a, a), x[n].flatten(), b[n].flatten(), eps[n].item())
         assert torch.allclose(p[n].flatten(), ref, atol=1e-8), n
     # idempotent
     assert torch.allclose(op.project(p, b, eps), p, atol=1e-12)

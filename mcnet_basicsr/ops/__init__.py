@@ -9,21 +9,29 @@ Plain torch + numpy (no basicsr import), so everything here works standalone::
     x = op.project(sr, lr, eps=0.0)  # closest image to sr whose downscaling is exactly lr
 
 Registered types: ``bicubic`` (:class:`MatlabBicubicDownsample`), ``box`` (:class:`BoxDownsample`),
-``gaussian`` (:class:`GaussianDownsample`). Add your own with ``@OPERATOR_REGISTRY.register('name')``
-on a :class:`SeparableDownsample` subclass.
+``gaussian`` (:class:`GaussianDownsample`), and ``blur`` (:class:`BlurDownsample`: any 2-D kernel with circular
+boundary, then decimation, as ``scipy.ndimage.convolve(x, k, mode='wrap')[..., offset::s, offset::s]``; the kernel
+as an array or a file read by :func:`load_kernel`, e.g. ``{'type': 'blur', 'scale': 4, 'kernel': 'kernels_12.mat',
+'index': 2}``). Add your own with ``@OPERATOR_REGISTRY.register('name')`` on a :class:`SeparableDownsample` subclass
+(or a :class:`DownsampleOperator` with its own ``forward`` / ``adjoint`` / ``project``).
 
 A batch whose samples were measured by different operators takes a :class:`StackedOperator`; a layer that makes
 every channel consistent solves one problem per channel (:func:`fold_channels`, :func:`repeat_samples`).
 """
+from .base import DownsampleOperator
+from .blur import BlurDownsample
 from .consistency import QUANTIZATION_EPS_RMS, eps_from_rms, noisy_radius
 from .imresize import imresize
+from .kernels import load_kernel
 from .operators import BoxDownsample, GaussianDownsample, MatlabBicubicDownsample, build_operator
 from .registry import OPERATOR_REGISTRY, OperatorRegistry, UnknownOperatorError
-from .separable import SeparableDownsample, solve_secular_equation
+from .secular import projection_coefficients, solve_secular_equation
+from .separable import SeparableDownsample
 from .stacked import StackedOperator, fold_channels, repeat_samples, unfold_channels
 
 __all__ = [
     'build_operator', 'OPERATOR_REGISTRY', 'OperatorRegistry', 'UnknownOperatorError', 'imresize', 'eps_from_rms',
-    'QUANTIZATION_EPS_RMS', 'SeparableDownsample', 'MatlabBicubicDownsample', 'BoxDownsample', 'GaussianDownsample',
-    'solve_secular_equation', 'noisy_radius', 'StackedOperator', 'repeat_samples', 'fold_channels', 'unfold_channels'
+    'QUANTIZATION_EPS_RMS', 'DownsampleOperator', 'SeparableDownsample', 'MatlabBicubicDownsample', 'BoxDownsample',
+    'GaussianDownsample', 'BlurDownsample', 'load_kernel', 'solve_secular_equation', 'projection_coefficients',
+    'noisy_radius', 'StackedOperator', 'repeat_samples', 'fold_channels', 'unfold_channels'
 ]

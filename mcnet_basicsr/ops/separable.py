@@ -45,7 +45,9 @@ import math
 import numpy as np
 import torch
 
+from .base import DownsampleOperator
 from .matrices import AxisMatrix
+from .secular import projection_coefficients, solve_secular_equation
 
 __all__ = ['SeparableDownsample', 'solve_secular_equation']
 
@@ -96,59 +98,7 @@ def _gram_eigenpairs(gram, dense_fallback=True):
     return eigvals.numpy(), eigvecs.numpy()
 
 
-@torch.no_grad()
-def solve_secular_equation(energy, sig, eps, max_iter=100):
-    """Per-sample multiplier ``mu`` with ``sum_k energy_k / (1 + mu sig_k)^2 = eps^2``, in float64.
-
-    Newton's method on ``phi(mu) = 1 / sqrt(f(mu)) - 1 / eps`` with
-    ``f(mu) = sum_k energy_k / (1 + mu sig_k)^2``. Writing ``f = sum_k (energy_k / sig_k^2) / (mu + 1 / sig_k)^2``
-    shows it is the trust-region secular function (More & Sorensen), so ``phi`` is increasing and
-    concave for ``mu > -1 / max(sig)``. Newton's iterates started left of the root therefore increase
-    monotonically to it without overshooting, converging quadratically. The start is the lower
-    bound ``mu_0 = (||r|| / eps - 1) / max(sig)`` (from ``f(mu) >= ||r||^2 / (1 + mu max(sig))^2``), which is
-    already the root when all ``sig`` are equal (box). Iteration stops per sample once a step is
-    below a few ulps of mu (typically 2-5 steps).
-
-    The O(N K) sums run on the tensors' device; the per-sample scalar update runs on the host, so
-    each iteration is a handful of kernels and one small device-to-host copy.
-
-    Args:
-        energy (Tensor): (N, K) float64, squared rotated residuals ``r~^2`` summed over channels.
-        sig (Tensor): (K,) float64, eigenvalues of ``A A^T`` (all > 0).
-        eps (Tensor): (N,) float64 radii (>= 0).
-        max_iter (int): iteration cap.
-
-    Returns:
-        Tensor: (N,) float64 on energy's device; ``mu > 0`` for samples outside their set
-        (``||r|| > eps > 0``), 0 for the others (inside, or ``eps = 0``, whose projection is the
-        ``mu -> inf`` limit and is handled by the caller).
-    """
-    device = energy.device
-    weighted = energy * sig
-    head = torch.stack([energy.sum(1), eps.to(torch.float64), sig.max().expand(energy.shape[0])])
-    total, eps_h, sig_max = head.cpu().numpy()
-    norm_r = np.sqrt(total)
-    active = (eps_h > 0) & (norm_r > eps_h)
-    with np.errstate(divide='ignore', invalid='ignore'):
-        inv_eps = np.where(active, 1.0 / eps_h, 0.0)
-        mu = np.where(active, np.maximum(norm_r * inv_eps - 1.0, 0.0) / sig_max, 0.0)
-    for _ in range(max_iter):
-        if not active.any():
-            break
-        inv = (torch.from_numpy(mu).to(device)[:, None] * sig).add_(1.0).reciprocal_()
-        inv_sq = inv.square()
-        sums = torch.stack([torch.linalg.vecdot(energy, inv_sq), torch.linalg.vecdot(weighted, inv_sq.mul_(inv))])
-        f, f1 = sums.cpu().numpy()
-        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
-            inv_sqrt_f = 1.0 / np.sqrt(f)
-            step = -(inv_sqrt_f - inv_eps) / (inv_sqrt_f**3 * f1)
-        step = np.where(active & np.isfinite(step), np.maximum(step, 0.0), 0.0)
-        mu = mu + step
-        active &= step > 8.0 * _DBL_EPS * mu
-    return torch.from_numpy(mu).to(device)
-
-
-class SeparableDownsample:
+class SeparableDownsample(DownsampleOperator):
     """Base class of separable downsampling operators ``A X = M_h X M_w^T`` (per channel).
 
     Subclasses implement :meth:`axis_matrix` (the float64 (length / scale) x length matrix of one
@@ -161,9 +111,7 @@ class SeparableDownsample:
     cache_size = 64
 
     def __init__(self, scale):
-        if isinstance(scale, bool) or int(scale) != scale or int(scale) < 1:
-            raise ValueError(f'scale must be a positive integer, got {scale!r}')
-        self.scale = int(scale)
+        super().__init__(scale)
         self._float64_axes = collections.OrderedDict()  # length -> dict of float64 CPU tensors
         self._cast_axes = collections.OrderedDict()  # (length, dtype, device) -> dict of tensors
 
@@ -186,15 +134,6 @@ class SeparableDownsample:
         if matrix.ndim != 2:
             raise ValueError(f'{type(self).__name__}.axis_matrix({length}) returned {matrix.ndim} dims, expected 2')
         return AxisMatrix.from_dense(matrix)
-
-    # ------------------------------------------------------------------ sizes
-    def lr_size(self, h, w):
-        """LR (measurement) size of an ``h x w`` image; ValueError unless both are divisible by the scale."""
-        h, w = int(h), int(w)
-        if h % self.scale or w % self.scale:
-            raise ValueError(f'image size {h}x{w} is not divisible by scale {self.scale} '
-                             '(callers mod-crop to a multiple of the scale)')
-        return h // self.scale, w // self.scale
 
     # ------------------------------------------------------------------ cached matrices
     def _axis_float64(self, length):
@@ -328,22 +267,6 @@ class SeparableDownsample:
         self._float64_axes.clear()
         self._cast_axes.clear()
 
-    # ------------------------------------------------------------------ checks
-    def _check_hr(self, x, name='x'):
-        if not torch.is_tensor(x) or x.dim() != 4:
-            raise ValueError(f'{name} must be an NCHW tensor, got '
-                             f'{tuple(x.shape) if torch.is_tensor(x) else type(x).__name__}')
-        if not x.is_floating_point():
-            raise TypeError(f'{name} must be floating point, got {x.dtype}')
-        return self.lr_size(x.shape[-2], x.shape[-1])
-
-    def _check_lr(self, y, name='y'):
-        if not torch.is_tensor(y) or y.dim() != 4:
-            raise ValueError(f'{name} must be an NCHW tensor, got '
-                             f'{tuple(y.shape) if torch.is_tensor(y) else type(y).__name__}')
-        if not y.is_floating_point():
-            raise TypeError(f'{name} must be floating point, got {y.dtype}')
-
     # ------------------------------------------------------------------ A and A^T
     def forward(self, x):
         """``A x`` for an NCHW float tensor (H, W divisible by the scale); differentiable."""
@@ -352,46 +275,16 @@ class SeparableDownsample:
         mw = self._axis(x.shape[-1], x.dtype, x.device)
         return _left_right(x, mh['matrix'], mw['matrix'])
 
-    def __call__(self, x):
-        return self.forward(x)
-
     def adjoint(self, y, hr_size=None):
         """``A^T y`` for an NCHW LR tensor; HR size is ``scale *`` the LR size (or ``hr_size=(H, W)``)."""
         self._check_lr(y)
-        if hr_size is None:
-            hr_h, hr_w = y.shape[-2] * self.scale, y.shape[-1] * self.scale
-        else:
-            hr_h, hr_w = int(hr_size[0]), int(hr_size[1])
-            if self.lr_size(hr_h, hr_w) != tuple(y.shape[-2:]):
-                raise ValueError(f'hr_size {hr_h}x{hr_w} does not match LR size '
-                                 f'{y.shape[-2]}x{y.shape[-1]} at scale {self.scale}')
+        hr_h, hr_w = self._hr_size(y, hr_size)
         mh = self._axis(hr_h, y.dtype, y.device)
         mw = self._axis(hr_w, y.dtype, y.device)
         return _left_right(y, mh['matrix_t'], mw['matrix_t'])
 
-    def residual_norm(self, x, b):
-        """Per-sample ``||A x - b||_2`` over (C, H, W): shape (N,)."""
-        return (self.forward(x) - b).flatten(1).norm(dim=1)
-
     # ------------------------------------------------------------------ projection
-    def _eps_tensor(self, eps, n, device):
-        if torch.is_tensor(eps):
-            eps_t = eps.to(device=device, dtype=torch.float64)
-            if eps_t.dim() == 0:
-                eps_t = eps_t.expand(n)
-            elif eps_t.shape != (n,):
-                raise ValueError(f'eps must be a scalar or a per-sample tensor of shape ({n},), '
-                                 f'got {tuple(eps.shape)}')
-            if not bool((torch.isfinite(eps_t.detach()) & (eps_t.detach() >= 0)).all()):
-                raise ValueError(f'eps must be finite and >= 0, got {eps}')
-        else:
-            eps = float(eps)
-            if not (math.isfinite(eps) and eps >= 0):
-                raise ValueError(f'eps must be finite and >= 0, got {eps}')
-            eps_t = torch.full((n,), eps, dtype=torch.float64, device=device)
-        return eps_t
-
-    def project(self, x, b, eps=0.0, grad_order=1):
+    def project(self, x, b, eps=0.0):
         """Euclidean projection of ``x`` onto ``{z : ||A z - b||_2 <= eps}``, per sample.
 
         Args:
@@ -404,22 +297,10 @@ class SeparableDownsample:
             Tensor: the projection, same shape/dtype as ``x``. Differentiable w.r.t. ``x``, ``b``
             and a tensor ``eps``: for ``eps > 0`` the multiplier mu is solved without autograd and
             then one differentiable Newton step is taken at the root; its value is mu itself (to
-            rounding) and its gradient is exactly the implicit-function-theorem gradient of mu.
-        grad_order (int): 1 or 2, the highest order of derivatives that are exact. For ``eps > 0``
-            the one Newton step gives exact first derivatives only: its second derivatives leave out
-            the curvature of mu. ``2`` takes a second differentiable Newton step (from the first one,
-            with the same derivative at the root), which adds exactly those terms, for gradients of
-            gradients (``create_graph=True``, e.g. a Jacobian penalty of a map that projects). Its value
-            and first derivatives equal ``1``'s up to rounding; ``eps = 0`` is linear and exact either way.
+            rounding) and its gradient is exactly the implicit-function-theorem gradient of mu
+            (:func:`~mcnet_basicsr.ops.secular.projection_coefficients`).
         """
-        h, w = self._check_hr(x)
-        self._check_lr(b, name='b')
-        if tuple(b.shape) != (x.shape[0], x.shape[1], h, w):
-            raise ValueError(f'b has shape {tuple(b.shape)}, expected {(x.shape[0], x.shape[1], h, w)} '
-                             f'for x of shape {tuple(x.shape)} at scale {self.scale}')
-        if grad_order not in (1, 2):
-            raise ValueError(f'grad_order must be 1 or 2, got {grad_order!r}')
-        b = b.to(dtype=x.dtype)
+        b = self._check_pair(x, b)
         n = x.shape[0]
         eps_t = self._eps_tensor(eps, n, x.device)
         if not torch.is_tensor(eps) and eps == 0:  # the common exact case: no multiplier, no eigendecomposition
@@ -435,44 +316,7 @@ class SeparableDownsample:
         # r~ = U_h^T (A x - b) U_w = (U_h^T M_h) x (U_w^T M_w)^T - U_h^T b U_w
         r_rot = _left_right(x, ah['rotated'], aw['rotated']) - _left_right(b, ah['eigvecs'].T, aw['eigvecs'].T)
         sig = ah['eigvals'][:, None] * aw['eigvals'][None, :]  # (h, w) float64
-        coef = self._projection_coefficients(r_rot, sig, eps_t, grad_order).to(x.dtype)  # (N, h, w)
+        energy = r_rot.to(torch.float64).square().sum(1).flatten(1)  # (N, h*w); channels share sig
+        coef = projection_coefficients(energy, sig.flatten(), eps_t).view(n, *sig.shape).to(x.dtype)
         correction = coef[:, None] * r_rot
         return x - _left_right(correction, ah['rotated'].T, aw['rotated'].T)
-
-    @staticmethod
-    def _projection_coefficients(r_rot, sig, eps, grad_order=1):
-        """Per-sample diagonal ``c`` (N, h, w) in float64 such that ``P(x) = x - A^T U diag(c) U^T r``."""
-        n = r_rot.shape[0]
-        exact = (1.0 / sig).expand(n, *sig.shape)  # eps = 0: c = 1 / sig
-        is_zero = eps.detach() == 0
-        energy = r_rot.to(torch.float64).square().sum(1).flatten(1)  # (N, h*w); channels share sig
-        flat_sig = sig.flatten()
-        mu_root = solve_secular_equation(energy.detach(), flat_sig, eps.detach())
-        outside = mu_root > 0
-
-        # One differentiable Newton step at the root: value mu_root (phi ~ 0 there), gradient
-        # -(dphi/dtheta) / phi'(mu) for theta = r (hence x, b) and eps: the implicit-function theorem.
-        # Inside / eps = 0 samples get harmless stand-in values (no 0/0 in the backward pass).
-        safe_energy = torch.where(outside[:, None], energy, torch.ones_like(energy))
-        safe_eps = torch.where(outside, eps, torch.ones_like(eps))
-
-        def phi(mu):
-            inv = (mu[:, None] * flat_sig).add(1.0).reciprocal()
-            f = torch.linalg.vecdot(safe_energy, inv.square())
-            return torch.rsqrt(f) - 1.0 / safe_eps, f, inv
-
-        phi_root, f, inv = phi(mu_root)
-        with torch.no_grad():
-            dphi = torch.rsqrt(f).pow(3) * torch.linalg.vecdot(safe_energy, flat_sig * inv.pow(3))
-        mu = mu_root - phi_root / dphi
-        if grad_order == 2:
-            # A second step from the first, dividing by the same phi'(mu_root): with mu' = d mu_1 / d theta, its
-            # second derivative is -(phi_tt + 2 phi_tm mu' + phi_mm mu'^2) / phi_m, the implicit function's own
-            # (the single step has -phi_tt / phi_m only). Inside samples (mu_1 > 0 there) are dropped below.
-            mu = mu - phi(mu)[0] / dphi
-        mu = torch.where(outside, mu, torch.zeros_like(mu_root))[:, None, None]
-        soft = mu / (1.0 + mu * sig)  # 0 for samples inside their set: P(x) = x
-        return torch.where(is_zero[:, None, None], exact, soft)
-
-    def __repr__(self):
-        return f'{type(self).__name__}(scale={self.scale})'
