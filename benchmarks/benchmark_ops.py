@@ -7,7 +7,7 @@ on a new size of a fresh operator):
 
     python benchmarks/benchmark_ops.py                       # defaults: 1x1x1024x1024 and 16x1x96x96, x2 and x4
     python benchmarks/benchmark_ops.py --devices cpu --out docs/benchmarks_ops.md
-    python benchmarks/benchmark_ops.py --shapes 1x3x512x512 --scales 3 --dtype float64
+    python benchmarks/benchmark_ops.py --types bicubic pil-bicubic cv2-area --shapes 1x3x512x512 --scales 3 --dtype float64
 
 basicsr's ``imresize`` (a Python loop over output rows/columns, float32, one image at a time) is
 timed on the same downscale, on CPU, looping over the batch as a data pipeline would.
@@ -24,7 +24,7 @@ import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 
 import numpy as np
 import torch
 
-from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_operator, eps_from_rms
+from mcnet_basicsr.ops import DEGRADATIONS, QUANTIZATION_EPS_RMS, build_operator, eps_from_rms
 
 
 def parse_shape(text):
@@ -73,13 +73,13 @@ def bench_basicsr(shape, scale, repeats):
 
 
 def bench(op_type, shape, scale, device, dtype, repeats, with_basicsr):
-    op = build_operator({'type': op_type, 'scale': scale})
+    op = build_operator(opt := dict(DEGRADATIONS.get(op_type, {'type': op_type}), scale=scale))  # a type or a name
     gen = torch.Generator().manual_seed(0)
     x = torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
     b = op(torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype))
     eps = eps_from_rms(QUANTIZATION_EPS_RMS, b[0].numel())
     def first_project_ms(e):  # a new size's set-up on fresh operators, median of several: one call is noisy
-        fresh = lambda: build_operator({'type': op_type, 'scale': scale}).project(x, b, e)  # noqa: E731
+        fresh = lambda: build_operator(opt).project(x, b, e)  # noqa: E731
         return statistics.median(first_call_ms(fresh, device) for _ in range(max(1, min(repeats, 5))))
     row = {'first_project': first_project_ms(0.0), 'first_project_eps': first_project_ms(eps)}
     row['forward'] = timeit(lambda: op(x), device, repeats)
@@ -117,7 +117,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--shapes', nargs='+', type=parse_shape, default=[(1, 1, 1024, 1024), (16, 1, 96, 96)])
     parser.add_argument('--scales', nargs='+', type=int, default=[2, 4])
-    parser.add_argument('--types', nargs='+', default=['bicubic'], help='registered operator types')
+    parser.add_argument('--types', nargs='+', default=['bicubic'], help='operator types or DEGRADATIONS names')
     parser.add_argument('--devices', nargs='+', default=None, help='default: cpu, plus cuda if available')
     parser.add_argument('--dtype', default='float32', choices=['float32', 'float64'])
     parser.add_argument('--repeats', type=int, default=20)

@@ -91,13 +91,16 @@ def _fold_taps(rows, cols, weights, out_length, in_length):
     return AxisMatrix(indptr, unique % in_length, data, (out_length, in_length))
 
 
-def cubic_kernel(x):
-    """Keys cubic convolution kernel with a = -0.5 (MATLAB's and basicsr's ``cubic``)."""
+def cubic_kernel(x, a=-0.5):
+    """Keys cubic convolution kernel with coefficient ``a``: ``(a + 2)|x|^3 - (a + 3)|x|^2 + 1`` on ``|x| <= 1``,
+    ``a (|x|^3 - 5|x|^2 + 8|x| - 4)`` on ``1 < |x| <= 2``, 0 beyond (continuous, so which side of 1 and 2 each
+    interval takes does not matter). Default: -0.5, MATLAB's and basicsr's ``cubic`` (and Pillow's); OpenCV's is -0.75.
+    """
     absx = np.abs(x)
     absx2 = absx * absx
     absx3 = absx2 * absx
-    inner = (1.5 * absx3 - 2.5 * absx2 + 1.0) * (absx <= 1)
-    outer = (-0.5 * absx3 + 2.5 * absx2 - 4.0 * absx + 2.0) * ((absx > 1) & (absx <= 2))
+    inner = ((a + 2.0) * absx3 - (a + 3.0) * absx2 + 1.0) * (absx <= 1)
+    outer = (a * absx3 - 5.0 * a * absx2 + 8.0 * a * absx - 4.0 * a) * ((absx > 1) & (absx <= 2))
     return inner + outer
 
 
