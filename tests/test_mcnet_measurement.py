@@ -4,6 +4,7 @@ import math
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 
+import numpy as np
 import pytest
 import torch
 
@@ -172,3 +173,22 @@ def test_a_saved_layer_records_its_operator_and_serves_another(caplog):
     x3 = dict(state, _extra_state=torch.tensor(list(b'RCAN x3 bicubic'.ljust(32)), dtype=torch.uint8))
     with pytest.raises(ValueError, match='trained on RCAN x3'):
         make_net().load_state_dict(x3)
+
+
+def test_per_sample_blur_kernels_on_every_channel():
+    """A batch of two images blurred by two kernels: each image's channels consistent with its own kernel."""
+    rng = np.random.default_rng(0)
+    kernels = rng.random((2, 5, 5))
+    kernels /= kernels.sum(axis=(1, 2), keepdims=True)
+    hr = torch.cat([photo('astronaut', 32), photo('coffee', 32)])
+    op = build_operator({'type': 'blur', 'scale': SCALE, 'kernel': kernels})
+    b = op(hr)
+    for i in range(2):
+        alone = build_operator({'type': 'blur', 'scale': SCALE, 'kernel': kernels[i]})
+        assert torch.allclose(b[i:i + 1], alone(hr[i:i + 1]), atol=1e-12)
+    rep = repeat_samples(op, 3)
+    assert rep.kernel.shape == (6, 5, 5) and np.array_equal(rep.kernel[3], kernels[1])
+    net = make_net(channels='rgb')
+    with torch.no_grad():
+        out = net(b, operator=op)
+    assert float((op(out) - b).flatten(2).norm(dim=2).max()) < 1e-10

@@ -216,7 +216,7 @@ class MCNetModel(ProtocolSRModel):
         # the arch scopes TF32 to its forward; the implicit backward solve runs in l_pix.backward(), so the whole
         # step runs under the arch's setting
         with tf32(self.get_bare_model(self.net_g).allow_tf32):
-            self.output = self.net_g(self.lq)
+            self.output = self.network_output(self.net_g, self.lq)
             t1 = self._mark()
             loss_dict = OrderedDict()
             l_pix = self.cri_pix(self._loss_view(self.output), self._loss_view(self.gt))

@@ -6,7 +6,7 @@ from basicsr.utils import get_root_logger
 from basicsr.utils.registry import MODEL_REGISTRY
 
 from mcnet_basicsr.metrics import image_metrics
-from mcnet_basicsr.ops import build_operator
+from mcnet_basicsr.ops import StackedOperator, build_degradation, build_operator
 from mcnet_basicsr.utils.precision import tf32
 
 
@@ -25,13 +25,46 @@ class ProtocolSRModel(SRModel):
     per-image dicts in ``image_results[set name]`` (dataloader order): the records of ``scripts/evaluate.py`` and
     the tables are made from them. Distributed: validation (rank 0 only in BasicSR) calls the bare network.
 
+    Samples that say how their LR was made (:class:`~mcnet_basicsr.data.DegradedPairDataset`: ``kernel``,
+    ``degradation``, ``noise_sigma``) have it passed to networks that take the measurement of a batch (MCNetArch and
+    the consistent baselines: ``net(lq, operator=..., noise_sigma=...)``), and ``A`` is then that batch's operator.
+
     The network runs in float32 on a GPU: TF32 off for cuDNN convolutions and CUDA matmuls (PyTorch's default turns
     it on for convolutions) unless the network sets ``allow_tf32``, so that a backbone's row of a table and the same
     backbone inside an MCNet layer (which scopes TF32 to its own ``allow_tf32``, off by default) compute the same
     estimate.
     """
 
+    def feed_data(self, data):
+        super().feed_data(data)
+        self.measurement = self.batch_measurement(data)
+
+    def batch_measurement(self, data):
+        """``{operator, noise_sigma}`` of a batch whose samples say how their LR was made; {} for the others."""
+        out = {}
+        scale = self.opt['scale']
+        if 'kernel' in data:
+            out['operator'] = build_operator({'type': 'blur', 'scale': scale, 'kernel': data['kernel'].double()})
+        elif 'degradation' in data:
+            names = list(data['degradation'])
+            cache = self.__dict__.setdefault('_degradations', {})
+            ops = [cache.setdefault(n, build_degradation(n, scale)) for n in names]
+            out['operator'] = ops[0] if len(set(names)) == 1 else StackedOperator(ops)
+        sigma = data.get('noise_sigma')
+        if sigma is not None and bool((sigma > 0).any()):
+            out['noise_sigma'] = sigma.to(self.device, torch.float64)
+        return out
+
+    def network_output(self, net, lq):
+        """``net(lq)``, told the batch's measurement where the network takes one."""
+        measurement = getattr(self, 'measurement', {})
+        if measurement and hasattr(net, 'measurement_operator'):
+            return net(lq, **measurement)
+        return net(lq)
+
     def measurement_operator(self, net):
+        if getattr(self, 'measurement', {}).get('operator') is not None:
+            return self.measurement['operator']
         if getattr(net, 'operator', None) is not None:
             return net.operator
         if not hasattr(self, '_bicubic'):
@@ -45,7 +78,7 @@ class ProtocolSRModel(SRModel):
             self._synchronize()
             start = time.perf_counter()
             with tf32(getattr(self.net_g, 'allow_tf32', False)):
-                super().test()
+                self._test()
             self._synchronize()
             seconds = time.perf_counter() - start
         finally:
@@ -53,6 +86,15 @@ class ProtocolSRModel(SRModel):
         self.last_measurement = self.measure(seconds)
         if hasattr(self, '_val_images'):
             self._val_images.append(self.last_measurement)
+
+    def _test(self):
+        """SRModel's test, with the batch's measurement (:meth:`network_output`)."""
+        net = getattr(self, 'net_g_ema', self.net_g)
+        was_training = net.training
+        net.eval()
+        with torch.no_grad():
+            self.output = self.network_output(net, self.lq)
+        net.train(was_training)
 
     def _synchronize(self):
         if self.device.type == 'cuda':

@@ -130,6 +130,13 @@ class BlurDownsample(DownsampleOperator):
         """Whether the kernel is a stack (N, kh, kw), one per sample."""
         return self.kernel.ndim == 3
 
+    def repeat_samples(self, repeats):
+        """The operator of a batch in which each sample stands ``repeats`` times in a row (one per channel, for a
+        layer that makes every channel consistent): itself for one kernel, the kernels repeated for a stack."""
+        if not self.per_sample:
+            return self
+        return BlurDownsample(self.scale, np.repeat(self.kernel, repeats, axis=0), self.offset, self.floor)
+
     # ------------------------------------------------------------------ spectra
     def _stack(self):
         return self.kernel.reshape(-1, *self.kernel.shape[-2:])

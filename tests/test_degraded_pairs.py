@@ -1,0 +1,140 @@
+"""DegradedPairDataset: LR made on the fly by a known degradation, and the model told it per batch."""
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from basicsr.data import build_dataset
+from torch.utils.data import default_collate
+
+from conftest import sample_photo
+from mcnet_basicsr.models.protocol_sr_model import ProtocolSRModel
+from mcnet_basicsr.ops import BlurDownsample, StackedOperator, build_degradation, build_operator
+
+
+@pytest.fixture
+def photo_folder(tmp_path):
+    for name, size in (('astronaut', 120), ('coffee', (100, 130))):
+        cv2.imwrite(str(tmp_path / f'{name}.png'), sample_photo(name, size)[:, :, ::-1])
+    return tmp_path
+
+
+def dataset(folder, phase='train', **kw):
+    opt = dict(name='degraded', type='DegradedPairDataset', dataroot_gt=str(folder), io_backend={'type': 'disk'},
+               phase=phase, scale=4, gt_size=48)
+    opt.update(kw)
+    return build_dataset(opt)
+
+
+def test_kernel_family_pairs_are_the_told_operator_of_the_crop(photo_folder):
+    ds = dataset(photo_folder, degradation={'kernels': {'size': 13}}, quantize='float')
+    for i in range(len(ds)):
+        item = ds[i]
+        assert item['kernel'].shape == (13, 13) and float(item['kernel'].sum()) == pytest.approx(1.0, abs=1e-6)
+        op = build_operator({'type': 'blur', 'scale': 4, 'kernel': item['kernel'].double()})
+        assert torch.allclose(op(item['gt'][None].double()), item['lq'][None].double(), atol=1e-6)
+        assert float(item['noise_sigma']) == 0
+
+
+def test_resizer_pairs_with_noise_rounded_then_noisy(photo_folder):
+    ds = dataset(photo_folder, degradation={'resizers': ['pil-bicubic', 'cv2-area']}, noise=[2, 10])
+    names = set()
+    for i in range(6):
+        item = ds[i % len(ds)]
+        names.add(item['degradation'])
+        sigma = float(item['noise_sigma'])
+        assert 2 / 255 <= sigma <= 10 / 255
+        clean = build_degradation(item['degradation'], 4)(item['gt'][None].double())
+        clean = (clean * 255 + 0.5).floor().clamp(0, 255) / 255
+        noise = item['lq'][None].double() - clean
+        assert abs(float(noise.std()) - sigma) < 0.3 * sigma
+    assert names == {'pil-bicubic', 'cv2-area'}
+
+
+def test_test_phase_draws_are_the_same_every_epoch_and_per_image(photo_folder):
+    ds = dataset(photo_folder, phase='val', degradation={'kernels': {}}, noise=[0, 7.65], seed=3)
+    a, b = ds[0], ds[0]
+    assert torch.equal(a['lq'], b['lq']) and torch.equal(a['kernel'], b['kernel'])
+    assert not torch.equal(ds[1]['kernel'], a['kernel'])
+    assert a['gt'].shape[-2:] == (120, 120)  # whole image, mod-cropped
+    other = dataset(photo_folder, phase='val', degradation={'kernels': {}}, noise=[0, 7.65], seed=4)
+    assert not torch.equal(other[0]['kernel'], a['kernel'])
+
+
+def test_bad_degradations_are_refused(photo_folder):
+    with pytest.raises(ValueError, match='one of the keys'):
+        dataset(photo_folder, degradation={'kernels': {}, 'resizers': ['pil-bicubic']})
+    with pytest.raises(ValueError, match='noise'):
+        dataset(photo_folder, degradation={'kernels': {}}, noise=[5, 1])
+    with pytest.raises(ValueError, match='quantize'):
+        dataset(photo_folder, degradation={'kernels': {}}, quantize='uint16')
+    with pytest.raises(ValueError):
+        dataset(photo_folder, degradation={'resizers': ['paint-bicubic']})
+
+
+def test_the_model_builds_each_batchs_operator_from_its_samples(photo_folder):
+    model = ProtocolSRModel.__new__(ProtocolSRModel)  # only the measurement of a batch: no network needed
+    model.opt, model.device = {'scale': 4}, torch.device('cpu')
+    ds = dataset(photo_folder, degradation={'kernels': {'size': 13}}, noise=[1, 2])
+    batch = default_collate([ds[0], ds[1]])
+    m = model.batch_measurement(batch)
+    assert isinstance(m['operator'], BlurDownsample) and m['operator'].kernel.shape == (2, 13, 13)
+    assert m['noise_sigma'].shape == (2, ) and m['noise_sigma'].dtype == torch.float64
+    ds = dataset(photo_folder, degradation={'resizers': ['pil-bicubic', 'cv2-area']})
+    batch = {'degradation': ['pil-bicubic', 'cv2-area'], 'noise_sigma': torch.zeros(2)}
+    m = model.batch_measurement(batch)
+    assert isinstance(m['operator'], StackedOperator) and 'noise_sigma' not in m
+    m = model.batch_measurement({'degradation': ['cv2-area', 'cv2-area']})
+    assert type(m['operator']).__name__ == 'OpenCVResizeDownsample'
+    assert model.batch_measurement({}) == {}
+
+
+@pytest.mark.slow
+def test_training_on_kernels_tells_the_layer_each_batchs_kernel(tmp_path_factory, photo_folder):
+    """options/train_mcnet_imdn_kernels_x4.yml shrunk to a CPU run: BasicSR's train_pipeline on blurred pairs, the
+    layer told each sample's kernel and noise, R, G and B consistent, and the validation measured under them."""
+    import re
+    import subprocess
+    import sys
+
+    import yaml
+    from basicsr.archs import build_network
+
+    from conftest import REPO_ROOT
+    from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
+    tmp_path = tmp_path_factory.mktemp('kernels_run')
+    torch.manual_seed(0)
+    imdn = build_network(backbone_options('imdn', 4))
+    torch.save({'params': imdn.state_dict()}, tmp_path / 'imdn_x4.pth')
+    with open(REPO_ROOT / 'options' / 'train_mcnet_imdn_kernels_x4.yml') as f:
+        opt = yaml.safe_load(f)
+    opt.update(name='e2e_kernels', num_gpu=0)
+    for phase in ('train', 'val'):
+        opt['datasets'][phase].update(dataroot_gt=str(photo_folder))
+        opt['datasets'][phase]['degradation'] = {'kernels': {'size': 13}}
+    opt['datasets']['val']['noise'] = 0
+    opt['datasets']['train'].update(gt_size=48, batch_size_per_gpu=2, num_worker_per_gpu=0, dataset_enlarge_ratio=1)
+    net = opt['network_g']
+    net['backbone_path'] = str(tmp_path / 'imdn_x4.pth')
+    net['solver'] = {'forward': {'tol': 1e-3, 'max_iter': 6}, 'backward': {'tol': 1e-2, 'max_iter': 4}}
+    opt['path']['pretrain_network_g'] = str(REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'mcnet_imdn_x4.pth')
+    opt['train'].update(total_iter=2)
+    opt['train']['scheduler']['milestones'] = [2]
+    opt['val']['val_freq'] = 2
+    opt['logger'].update(print_freq=1, save_checkpoint_freq=2)
+    opt_path = tmp_path / 'train.yml'
+    with open(opt_path, 'w') as f:
+        yaml.safe_dump(opt, f, sort_keys=False)
+    code = (f'import sys; sys.argv = ["train", "-opt", {str(opt_path)!r}]; '
+            f'from mcnet_basicsr.train import main; main(root_path={str(tmp_path)!r})')
+    proc = subprocess.run([sys.executable, '-c', code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    exp = tmp_path / 'experiments' / 'e2e_kernels'
+    log = next(exp.glob('train_*.log')).read_text()
+    assert 'fidelity_float' in log and 'beta:' in log
+    fidelity = [float(v) for v in re.findall(r'fidelity_float \|\|Ax-b\|\|_2 \(Y, \[0,1\]\) mean (\S+),', log)]
+    # within the uint8 ball of each image's own kernel (eps_rms times the root of 30 x 30 or 25 x 32 LR values)
+    assert fidelity and max(fidelity) <= 0.0011320 * 30 * (1 + 1e-6)
+    params = torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
+    assert bytes(params['_extra_state'].tolist()).decode().strip() == 'IMDN x4 bicubic'
