@@ -2,7 +2,6 @@
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 
 import cv2
-import numpy as np
 import pytest
 import torch
 from basicsr.data import build_dataset

@@ -1,0 +1,198 @@
+"""USRNet's Table 1 protocol (Zhang, Van Gool, Timofte, CVPR 2020: CBSD68, 12 blur kernels) for this project's
+rows, and the table beside the published rows (``scripts/kernel_table.py``).
+
+A row is a test option file (``options/test_<row>_x<s>.yml``: its network and weights) run on the protocol's LR
+(:func:`mcnet_basicsr.data.degradations.usrnet_lr`): the consistent methods (MCNet, PnP, TV-TV) are told the true
+kernel (``{type: blur}``, upper-left decimation), the uint8 truncation of the protocol (``b = lr + 0.5 / 255``, eps at
+the uint8 level) and the noise level, and make each of R, G and B consistent (``channels: rgb``); a backbone alone
+gets the LR as it is. PSNR on RGB uint8 with a border of s^2, as the protocol's.
+"""
+import json
+import os.path as osp
+import time
+
+import numpy as np
+
+__all__ = ['FAMILIES', 'measure', 'render']
+
+FAMILIES = {'x2': (2, 0.0), 'x3': (3, 0.0), 'x3_n2.55': (3, 2.55), 'x3_n7.65': (3, 7.65), 'x4': (4, 0.0)}
+CONSISTENT = ('MCNetArch', 'PnPADMM', 'TVTV')
+
+
+def build_row(row, scale, device, tol, max_iter):
+    """The network of ``options/test_<row>_x<scale>.yml`` with its weights, and whether it is told the measurement."""
+    import copy
+
+    import torch
+    from basicsr.archs import build_network
+
+    from .evaluate import load_weights, read_option
+    from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS
+
+    path = osp.join('options', f'test_{row}_x{scale}.yml')
+    if not osp.isfile(path):
+        return None, None
+    opt = read_option(path)
+    net_opt = copy.deepcopy(opt['network_g'])
+    consistent = net_opt['type'] in CONSISTENT
+    if consistent:
+        net_opt.pop('eps', None)
+        net_opt.update(channels='rgb', eps_rms=QUANTIZATION_EPS_RMS)
+        if net_opt['type'] == 'MCNetArch':
+            net_opt['solver'] = {'forward': {'tol': tol, 'max_iter': max_iter}}
+    net = build_network(net_opt)
+    load_weights(net, opt.get('path') or {})
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    return net.to(device).eval(), consistent
+
+
+def images_by_shape(folder, scale, limit):
+    from PIL import Image
+
+    from mcnet_basicsr.data.degradations import usrnet_mod_crop
+    from mcnet_basicsr.utils.images import list_images
+    paths = list_images(folder)[:limit]
+    groups = {}
+    for path in paths:
+        hr = usrnet_mod_crop(np.asarray(Image.open(path).convert('RGB')), scale)
+        groups.setdefault(hr.shape, []).append((osp.basename(path), hr))
+    return groups
+
+
+def protocol_lrs(groups, kernel, scale, sigma255, workers=None):
+    """The protocol's LR of every image of ``groups`` (``{shape: [(name, hr), ...]}``), made in parallel processes:
+    ``{name: lr}``."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from mcnet_basicsr.data.degradations import usrnet_lr
+    items = [item for group in groups.values() for item in group]
+    with ProcessPoolExecutor(workers) as pool:
+        lrs = pool.map(usrnet_lr, [hr for _, hr in items], [kernel] * len(items), [scale] * len(items),
+                       [sigma255 / 255.0] * len(items))
+        return {name: lr for (name, _), lr in zip(items, lrs)}
+
+
+def run_cell(net, consistent, groups, lrs, kernel, scale, sigma255, device, batch):
+    """Per-image PSNR (and, for consistent rows, iterations and the largest ||A x_c - b_c||) of one cell."""
+    import torch
+
+    from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_measurement
+    from mcnet_basicsr.ops import build_operator
+    op = build_operator({'type': 'blur', 'scale': scale, 'kernel': kernel})
+    sigma = sigma255 / 255.0
+    out = {'psnr': {}, 'iterations': [], 'fidelity_max': 0.0}
+    for items in groups.values():
+        for i in range(0, len(items), batch):
+            chunk = items[i:i + batch]
+            lr = np.stack([lrs[name] for name, _ in chunk])
+            with torch.no_grad():
+                if consistent:
+                    b = usrnet_measurement(lr, sigma)[0]
+                    x = torch.from_numpy(b).permute(0, 3, 1, 2).to(device)
+                    y = net(x, operator=op, noise_sigma=sigma or None)
+                    res = (op(y.double()) - x.double()).flatten(2).norm(dim=2)
+                    out['fidelity_max'] = max(out['fidelity_max'], float(res.max()))
+                    stats = getattr(net, 'last_stats', None)
+                    if stats and type(net).__name__ == 'MCNetArch':
+                        out['iterations'] += stats['forward'].iterations.float().view(len(chunk), -1).mean(1).tolist()
+                else:
+                    y = net(torch.from_numpy(lr).permute(0, 3, 1, 2).to(device))
+            sr = (y.clamp(0, 1) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+            for (name, hr), img in zip(chunk, sr):
+                out['psnr'][name] = psnr_rgb_uint8(img, hr, scale**2)
+    return out
+
+
+def measure(args):
+    """Run ``args.rows`` x ``args.families`` x ``args.kernels`` (row by row, cells already in the JSON ``args.out``
+    skipped) and merge the cells into it, until ``args.time_limit`` seconds have passed (None: no limit)."""
+    import torch
+
+    from mcnet_basicsr.ops.kernels import load_kernel
+
+    from .evaluate import resolve_device
+    started = time.perf_counter()
+    device = resolve_device(args.device)
+    record = {}
+    if osp.isfile(args.out):
+        with open(args.out) as f:
+            record = json.load(f)
+    record.setdefault('protocol', 'USRNet Table 1: CBSD68, HR mod lcm(s, 8), circular blur (uint8, truncated), '
+                      'upper-left decimation, float LR + N(0, sigma) (seed 0 per image), PSNR RGB uint8 border s^2')
+    record['device'] = torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'
+    record['mcnet_solver'] = {'tol': args.tol, 'max_iter': args.max_iter}
+    kernels_path = osp.join(args.data, 'kernels', 'kernels_12.mat')
+    kernels = {k: load_kernel(kernels_path, k - 1) for k in args.kernels}
+    cells = record.setdefault('cells', {})
+    groups, lr_cache = {}, {}
+    for row in args.rows:
+        for fam in args.families:
+            scale, sigma255 = FAMILIES[fam]
+            todo = [k for k in args.kernels if f'{row}|{fam}|k{k}' not in cells]
+            if not todo:
+                continue
+            net, consistent = build_row(row, scale, device, args.tol, args.max_iter)
+            if net is None:
+                print(f'{row} {fam}: no options/test_{row}_x{scale}.yml, skipped', flush=True)
+                continue
+            if scale not in groups:
+                groups[scale] = images_by_shape(osp.join(args.data, 'CBSD68', 'HR'), scale, args.images)
+            for k in todo:
+                if args.time_limit and time.perf_counter() - started > args.time_limit:
+                    print(f'time limit of {args.time_limit} s reached; the rest is left for a later run', flush=True)
+                    return
+                if (fam, k) not in lr_cache:
+                    lr_cache[fam, k] = protocol_lrs(groups[scale], kernels[k], scale, sigma255)
+                start = time.perf_counter()
+                cell = run_cell(net, consistent, groups[scale], lr_cache[fam, k], kernels[k], scale, sigma255, device,
+                                args.batch)
+                seconds = time.perf_counter() - start
+                psnr = float(np.mean(list(cell['psnr'].values())))
+                its = float(np.mean(cell['iterations'])) if cell['iterations'] else None
+                cells[f'{row}|{fam}|k{k}'] = dict(psnr=psnr, images=len(cell['psnr']), seconds=seconds,
+                                                  iterations=its, fidelity_max=cell['fidelity_max'],
+                                                  per_image=cell['psnr'])
+                print(f'{row:>12} {fam:>9} k{k:<2} {psnr:.3f} dB  {len(cell["psnr"])} images  {seconds:.1f} s'
+                      + (f'  {its:.1f} it' if its else '') + (f'  max||Ax-b|| {cell["fidelity_max"]:.2e}'
+                                                              if consistent else ''), flush=True)
+                with open(args.out, 'w') as f:
+                    json.dump(record, f, indent=1)
+
+
+def read_published(path):
+    rows = {}
+    with open(path) as f:
+        lines = [line.rstrip('\n').split('\t') for line in f if line.strip() and not line.startswith('#')]
+    header = lines[0]
+    for parts in lines[1:]:
+        method, scale, noise = parts[0], int(parts[1]), float(parts[2])
+        fam = f'x{scale}' + (f'_n{noise:g}' if noise else '')
+        rows[(method, fam)] = [float(v) for v in parts[3:]]
+    return header, rows
+
+
+def render(record_path, published_path):
+    """The markdown table of a record's cells beside the published rows of ``published_path``, per family."""
+    with open(record_path) as f:
+        record = json.load(f)
+    _, published = read_published(published_path)
+    ours = {}
+    for key, cell in record['cells'].items():
+        row, fam, k = key.split('|')
+        ours.setdefault((row, fam), {})[int(k[1:])] = cell['psnr']
+    lines = []
+    for fam in FAMILIES:
+        entries = [(f'{m} (published)', v) for (m, f_), v in published.items() if f_ == fam]
+        entries += [(row, [cells.get(k) for k in range(1, 13)]) for (row, f_), cells in sorted(ours.items())
+                    if f_ == fam]
+        if not entries:
+            continue
+        scale, sigma = FAMILIES[fam]
+        lines += [f'\n**x{scale}, noise {sigma:g}**\n', '| method | ' + ' | '.join(f'k{k}' for k in range(1, 13))
+                  + ' | mean |', '|---' * 14 + '|']
+        for name, values in entries:
+            got = [v for v in values if v is not None]
+            mean = f'{np.mean(got):.2f}' if len(got) == 12 else '-'
+            lines.append(f'| {name} | ' + ' | '.join('-' if v is None else f'{v:.2f}' for v in values)
+                         + f' | {mean} |')
+    return '\n'.join(lines)

@@ -1,0 +1,53 @@
+"""USRNet's Table 1 protocol (CBSD68, 12 blur kernels) for this project's rows, and the table beside the published
+rows (``mcnet_basicsr.evaluation.kernel_table``).
+
+    python scripts/kernel_table.py --rows imdn mcnet_imdn --families x3 x4 --out results/kernel_table.json
+    python scripts/kernel_table.py --render results/kernel_table.json         # markdown table with published rows
+
+Data: ``python scripts/fetch_assets.py CBSD68 usrnet_kernels imdn pan``.
+"""
+import argparse
+import os.path as osp
+import sys
+
+FAMILIES = ('x2', 'x3', 'x3_n2.55', 'x3_n7.65', 'x4')  # mcnet_basicsr.evaluation.kernel_table.FAMILIES
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--rows', nargs='+', default=[], metavar='ROW',
+                   help='option-file rows: imdn, pan, mcnet_imdn, mcnet_pan, tvtv_imdn, pnp, ... '
+                   '(options/test_<row>_x<s>.yml)')
+    p.add_argument('--families', nargs='+', default=list(FAMILIES), choices=FAMILIES)
+    p.add_argument('--kernels', nargs='+', type=int, default=list(range(1, 13)), metavar='K', help='1-based, of 12')
+    p.add_argument('--images', type=int, default=None, metavar='N', help='first N images only (quick checks)')
+    p.add_argument('--batch', type=int, default=8, help='images per forward (same orientation)')
+    p.add_argument('--tol', type=float, default=1e-5, help="MCNet's forward tolerance (default 1e-5)")
+    p.add_argument('--max-iter', type=int, default=200, help="MCNet's forward iteration cap (default 200)")
+    p.add_argument('--device', default='auto')
+    p.add_argument('--time-limit', type=float, default=None, metavar='S',
+                   help='start no new cell after S seconds (the record keeps what is done; run again to go on)')
+    p.add_argument('--data', default='datasets', help='folder with CBSD68/HR and kernels/kernels_12.mat')
+    p.add_argument('--out', help='JSON record to write (rows are merged into an existing one)')
+    p.add_argument('--render', metavar='JSON', help='print the table of a record beside the published rows')
+    p.add_argument('--published', default=osp.join('docs', 'records', 'usrnet_table1_published.tsv'))
+    args = p.parse_args(argv)
+    if not args.render and not (args.rows and args.out):
+        p.error('give --rows and --out to measure, or --render JSON')
+    if any(not 1 <= k <= 12 for k in args.kernels):
+        p.error(f'--kernels are 1..12, got {args.kernels}')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    import mcnet_basicsr  # noqa: F401  (registries)
+    from mcnet_basicsr.evaluation.kernel_table import measure, render
+    if args.render:
+        print(render(args.render, args.published))
+    else:
+        measure(args)
+
+
+if __name__ == '__main__':
+    main()
