@@ -20,7 +20,8 @@ CONSISTENT = ('MCNetArch', 'PnPADMM', 'TVTV')
 
 
 def build_row(row, scale, device, tol, max_iter):
-    """The network of ``options/test_<row>_x<scale>.yml`` with its weights, and whether it is told the measurement."""
+    """The network of ``options/test_<row>_x<scale>.yml`` with its weights, and whether it is told the measurement;
+    ``(None, None)`` where that file or its trained weights do not exist."""
     import copy
 
     import torch
@@ -33,6 +34,9 @@ def build_row(row, scale, device, tol, max_iter):
     if not osp.isfile(path):
         return None, None
     opt = read_option(path)
+    weights = (opt.get('path') or {}).get('pretrain_network_g')
+    if weights and not osp.isfile(weights):  # e.g. no layer ships for this backbone at this scale
+        return None, None
     net_opt = copy.deepcopy(opt['network_g'])
     consistent = net_opt['type'] in CONSISTENT
     if consistent:
@@ -133,7 +137,7 @@ def measure(args):
                 continue
             net, consistent = build_row(row, scale, device, args.tol, args.max_iter)
             if net is None:
-                print(f'{row} {fam}: no options/test_{row}_x{scale}.yml, skipped', flush=True)
+                print(f'{row} {fam}: no options/test_{row}_x{scale}.yml or no weights it names, skipped', flush=True)
                 continue
             if scale not in groups:
                 groups[scale] = images_by_shape(osp.join(args.data, 'CBSD68', 'HR'), scale, args.images)
