@@ -38,6 +38,7 @@ from mcnet_basicsr.assets import option_inputs
 from mcnet_basicsr.models.protocol_sr_model import ProtocolSRModel
 from mcnet_basicsr.utils.checkpoint import load_network
 from mcnet_basicsr.utils.images import IMG_EXT
+from mcnet_basicsr.utils.paths import resolve_path
 
 METHODS = {'MCNetArch': 'mcnet', 'Bicubic': 'bicubic', 'PnPADMM': 'pnp', 'TVTV': 'tvtv'}
 # the set on which anything is selected (beta, denoisers); Set14 stays a test set
@@ -233,7 +234,7 @@ def restrict_datasets(opt, names, data_root=None):
 
 def missing_inputs(opt):
     """Paths an option file needs that are not there (data, weights; :func:`mcnet_basicsr.assets.option_inputs`)."""
-    return [path for _, path in option_inputs(opt) if not osp.exists(path)]
+    return [path for _, path in option_inputs(opt) if not osp.exists(resolve_path(path))]
 
 
 def load_selection_option(option_path, overrides, data_root):

@@ -7,6 +7,7 @@ from basicsr.utils.registry import MODEL_REGISTRY
 
 from mcnet_basicsr.metrics import image_metrics
 from mcnet_basicsr.ops import build_operator
+from mcnet_basicsr.utils.paths import resolve_path
 from mcnet_basicsr.utils.precision import tf32
 
 
@@ -30,6 +31,10 @@ class ProtocolSRModel(SRModel):
     backbone inside an MCNet layer (which scopes TF32 to its own ``allow_tf32``, off by default) compute the same
     estimate.
     """
+
+    def load_network(self, net, load_path, strict=True, param_key='params'):
+        # path.pretrain_network_g: mcnet_basicsr/weights/<file> is the installed package's file from any folder
+        super().load_network(net, resolve_path(load_path), strict, param_key)
 
     def measurement_operator(self, net):
         if getattr(net, 'operator', None) is not None:
