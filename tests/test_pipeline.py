@@ -20,7 +20,9 @@ PHOTOS = {'astronaut': (96, 120), 'coffee': (96, 96), 'chelsea': (120, 96), 'roc
 
 
 def run(args, cwd=None, env=None, check=True, python=sys.executable):
-    proc = subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    """``python args`` in a subprocess that imports this checkout's package (default ``env``: :func:`repo_env`)."""
+    proc = subprocess.run([str(python), *args], cwd=cwd, env=repo_env() if env is None else env, capture_output=True,
+                          text=True, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f'{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}')
     return proc
@@ -189,13 +191,26 @@ def test_shipped_option_file_runs_from_another_folder(tmp_path):
     repository: its data is read there (stand-ins at datasets/Set5, datasets/Set14), its shipped weights (backbone and
     layer, mcnet_basicsr/weights/...) from the installed package."""
     stand_in_data(tmp_path, eval_sets=('Set5', 'Set14'))
-    code = f'from mcnet_basicsr.test import main; main(root_path={str(tmp_path)!r})'
-    run(['-c', code, '-opt', str(REPO_ROOT / 'options' / 'test_mcnet_rcan_compact_x2.yml'), '--force_yml',
-         'name=e2e_from_another_folder', 'num_gpu=0', 'network_g:solver:forward:max_iter=20'], cwd=tmp_path,
-        env=repo_env())
-    log = newest_log(tmp_path / 'results' / 'e2e_from_another_folder', 'test')
+    name = f'e2e_from_another_folder_{os.getpid()}'
+    option = REPO_ROOT / 'options' / 'test_mcnet_rcan_compact_x2.yml'
+    run([str(REPO_ROOT / 'mcnet_basicsr' / 'test.py'), '-opt', str(option), '--force_yml', f'name={name}',
+         'num_gpu=0', 'network_g:solver:forward:max_iter=20'], cwd=tmp_path)
+    log = newest_log(tmp_path / 'results' / name, 'test')  # results/ in the current folder too
     assert log.count('# psnr:') == 2 and 'Validation Set14: fidelity_float' in log, log[-3000:]
     assert f'from {REPO_ROOT / "mcnet_basicsr" / "weights" / "mcnet_rcan_compact_x2.pth"}' in log
+    assert not (REPO_ROOT / 'results' / name).exists()
+
+
+def test_dash_m_test_keeps_results_in_the_current_folder(tmp_path):
+    """``python -m mcnet_basicsr.test``, the documented stand-in for a pip-installed basicsr's ``basicsr/test.py``
+    (which writes results/ into site-packages): BasicSR's test pipeline with its root at the current folder, here
+    not the repository, beside the package is imported from."""
+    stand_in_data(tmp_path, eval_sets=('Set5', 'Set14'))
+    name = f'e2e_cwd_root_{os.getpid()}'
+    run(['-m', 'mcnet_basicsr.test', '-opt', str(REPO_ROOT / 'options' / 'test_rcan_compact_x2.yml'), '--force_yml',
+         f'name={name}', 'num_gpu=0'], cwd=tmp_path, env=repo_env())
+    assert newest_log(tmp_path / 'results' / name, 'test').count('# psnr:') == 2
+    assert not (REPO_ROOT / 'results' / name).exists()
 
 
 def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):

@@ -6,17 +6,13 @@ import warnings
 
 import torch
 
-_REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir, osp.pardir))
-
-
 def default_root_path():
-    """Where experiments/, results/ and tb_logger/ go.
+    """Where experiments/, results/ and tb_logger/ go: the current folder, where the option files' data paths
+    (``datasets/...``) are read from too.
 
-    The repository root for a source checkout (as BasicSR's own scripts do for theirs), else the
-    current directory, so an installed package never writes into site-packages.
+    BasicSR's own scripts take the folder above their ``basicsr/``: a checkout's root, from which they are run, but
+    site-packages for a pip-installed basicsr. Ours never write into the package's folder, wherever it is installed.
     """
-    if osp.isfile(osp.join(_REPO_ROOT, 'setup.py')) and osp.isdir(osp.join(_REPO_ROOT, 'options')):
-        return _REPO_ROOT
     return os.getcwd()
 
 
