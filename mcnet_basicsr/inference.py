@@ -141,21 +141,35 @@ def _one_line(text, limit=300):
 
 
 def load_layer_weights(model, path, scale):
-    """Load an MCNet layer checkpoint strictly, with a one-line error for anything that does not fit."""
+    """Load an MCNet layer checkpoint strictly, with a one-line error for anything that does not fit.
+
+    A layer records the backbone and scale it was trained for (:meth:`MCNetArch.saved_record`); that record, not the
+    file's name, decides whether it fits the command's model. Only a layer saved without one is checked by the
+    checkpoint's ``scale`` entry or its file name.
+    """
     try:
         ckpt = read_checkpoint(path)
     except CheckpointError as err:
         raise UsageError(f'layer {err}') from None
-    _check_scale(path, 'the layer checkpoint', scale, ckpt)
     try:
         state = select_state_dict(ckpt, ('params', 'params_ema'), source=path)
     except CheckpointError:
         raise UsageError(f'{path}: not an MCNet layer checkpoint (expected a BasicSR {{"params": state_dict}} file)') \
             from None
+    trained = model.saved_record(state)
+    if trained is None:
+        _check_scale(path, 'the layer checkpoint', scale, ckpt)
+    elif trained != model.trained_for():
+        raise UsageError(f'{path}: this MCNet layer was trained for {trained} (the record saved in it), but '
+                         f'--backbone and --scale ask for {model.trained_for()}: give the layer trained for that '
+                         'backbone and scale')
     mismatch = state_dict_mismatch(model, state)
     if mismatch:
         raise UsageError(f'{path}: not an MCNet layer checkpoint for this model ({mismatch})')
-    model.load_state_dict(state, strict=True)
+    try:
+        model.load_state_dict(state, strict=True)
+    except (RuntimeError, ValueError) as err:  # anything else the model refuses: one line, exit status 2
+        raise UsageError(f'{path}: {_one_line(err, 200)}') from None
 
 
 def _file_key(path):

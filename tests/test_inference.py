@@ -5,6 +5,7 @@ first spectral-norm estimate is paid once per distinct model), except one subpro
 ``python -m mcnet_basicsr.inference``. Solvers are loose (``--tol 1e-3``) unless a test needs more.
 """
 import csv
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -197,6 +198,26 @@ def test_usage_and_weight_errors_touch_nothing(tmp_path, capsys):
         assert code == 2 and what in line, (extra, line)
         assert snapshot(out) == before
     assert main(['--help']) == 0
+
+
+def test_a_layer_is_checked_by_its_saved_record_not_its_name(tmp_path, capsys):
+    """A layer records the backbone and scale it was trained for: renamed, a layer for another scale or backbone is
+    one error line and exit status 2, nothing written; the right layer under a misleading name runs."""
+    img = write(tmp_path / 'in' / 'a.png', photo('astronaut', 24, 24))
+    out = tmp_path / 'out'
+    for src, extra, trained, wanted in (('mcnet_srcnn_x3.pth', [], 'SRCNN x3', 'SRCNN x2'),
+                                        ('mcnet_rcan_compact_x2.pth', [], 'RCAN x2', 'SRCNN x2'),
+                                        ('mcnet_srcnn_x2.pth', ['--backbone', 'rdn_compact'], 'SRCNN x2', 'RDN x2')):
+        layer = tmp_path / 'layer.pth'
+        shutil.copy(weight_path(src), layer)
+        code = cli(img, '-o', out, '--scale', 2, '--weights', layer, *extra, *FAST)
+        line = _one_error_line(capsys.readouterr().err)
+        assert code == 2 and f'trained for {trained} (the record saved in it)' in line and wanted in line, line
+        assert not out.exists()
+    misnamed = tmp_path / 'mcnet_srcnn_x4.pth'
+    shutil.copy(weight_path('mcnet_srcnn_x2.pth'), misnamed)
+    assert cli(img, '-o', out, '--scale', 2, '--weights', misnamed, *FAST) == 0
+    assert cv2.imread(str(out / 'a_x2.png')).shape == (48, 48, 3)
 
 
 def test_nan_result_is_an_error_and_overwrites_nothing(tmp_path, capsys):

@@ -318,8 +318,15 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         # a fixed-length uint8 tensor, not a string: BasicSR moves every state-dict entry with .cpu() when saving
         return torch.tensor(list(self.trained_for().encode().ljust(_RECORD_BYTES)[:_RECORD_BYTES]), dtype=torch.uint8)
 
+    @staticmethod
+    def saved_record(state_dict, prefix=''):
+        """What a layer's saved state dict records of its backbone and scale (see :meth:`trained_for`), or None for a
+        layer saved before the record existed."""
+        state = state_dict.get(prefix + '_extra_state')
+        return bytes(state.tolist()).decode(errors='replace').strip() if torch.is_tensor(state) else None
+
     def set_extra_state(self, state):
-        trained = bytes(state.tolist()).decode(errors='replace').strip()
+        trained = self.saved_record({'_extra_state': state})
         if trained != self.trained_for():
             raise ValueError(f'This MCNet layer was trained on {trained}; it is being loaded on {self.trained_for()}. '
                              'A layer learns the errors of one backbone at one scale: use the layer trained for '
