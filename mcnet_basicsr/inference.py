@@ -5,7 +5,7 @@ Usage::
     mcnet-sr INPUT... -o OUTDIR --scale {2,3,4} [--backbone {srcnn,rcan_compact,rdn_compact,imdn,pan}]
              [--backbone-weights PATH] [--weights PATH]
              [--eps-rms X] [--iters N] [--tol T] [--extrapolation T] [--device auto|cpu|cuda] [--no-cuda-graph]
-             [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force]
+             [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force | --skip-existing]
     python -m mcnet_basicsr.inference ...
 
 The options and their checks live in :mod:`mcnet_sr_cli` (standard library only), so ``--help`` and a bad
@@ -39,9 +39,10 @@ channels; the final ``P_S`` makes the whole output consistent). Solving the laye
 instead does not reproduce the untiled result: its fixed point depends on pixels far outside any
 practical overlap (measured max differences 4e-3..1.5e-2 with 24 LR pixels of overlap).
 
-Exit status: 0 when every image succeeded, 1 when some failed (the others are still written), 2
-for a usage/set-up error (bad option, weights, device) before any image is processed. Nothing is
-overwritten without ``--force``, and every file is written under a temporary name in OUTDIR first.
+Exit status: 0 when every image succeeded (or, with ``--skip-existing``, had all its outputs already), 1 when
+some failed (the others are still written), 2 for a usage/set-up error (bad option, weights, device) before any
+image is processed. Nothing is overwritten without ``--force``, and every file is written under a temporary name in
+OUTDIR first.
 """
 import glob
 import os
@@ -318,18 +319,25 @@ def make_figure(model, colour, result, gt_arr, scale):
 
 # ---------------------------------------------------------------------------------------- main loop
 def process_image(row, args, model, device, out_names, n_inputs):
-    """Process the input ``row['input']``, filling its summary ``row``; raises on failure."""
+    """Process the input ``row['input']``, filling its summary ``row``; raises on failure. With ``--skip-existing``
+    an input whose outputs all exist is left alone (``row['status']``: 'skipped')."""
     path = row['input']
     stem = osp.splitext(osp.basename(path))[0]
     out_path = osp.join(args.output, f'{stem}_x{args.scale}.png')
     cmp_path = osp.join(args.output, f'{stem}_compare.png') if args.compare else None
-    for p in filter(None, (out_path, cmp_path)):
+    outputs = [p for p in (out_path, cmp_path) if p]
+    for p in outputs:
         if p in out_names:
             raise ImageError(f'output {p} would also be written for {out_names[p]} in this run (same file stem)')
+    if args.skip_existing and all(osp.lexists(p) for p in outputs):
+        out_names.update(dict.fromkeys(outputs, path))
+        row.update(status='skipped', output=out_path, compare=cmp_path or '')
+        return
+    for p in outputs:
         if not args.force and osp.lexists(p):
-            raise ImageError(f'{p} already exists (use --force to overwrite)')
-    for p in filter(None, (out_path, cmp_path)):
-        out_names[p] = path
+            raise ImageError(f'{p} already exists (use --force to overwrite it, or --skip-existing to skip the inputs '
+                             'whose outputs all exist)')
+    out_names.update(dict.fromkeys(outputs, path))
 
     img = read_image(path)
     h, w = img.shape[:2]
@@ -402,7 +410,7 @@ def run(args, models=None):
     model = prepare_model(args, device, models)
     os.makedirs(args.output, exist_ok=True)
 
-    rows, failed, out_names = [], 0, {}
+    rows, failed, skipped, out_names = [], 0, 0, {}
     run_started = time.strftime('%Y-%m-%dT%H:%M:%S%z')
     n_images = sum(err is None for _, err in inputs)
     bar = tqdm(inputs, desc='mcnet-sr', unit='img', disable=None, file=sys.stderr)
@@ -423,6 +431,11 @@ def run(args, models=None):
                 release_cuda_graph_memory(device)
                 torch.cuda.empty_cache()
             continue
+        if row.get('status') == 'skipped':
+            skipped += 1
+            row['seconds'] = time.perf_counter() - start
+            tqdm.write(f'{path}: skipped, {row["output"]} exists')
+            continue
         row.update(status='ok', seconds=time.perf_counter() - start)
         tiles_txt = f', {row["tiles"]} tiles' if row['tiles'] > 1 else ''
         psnr_txt = ''
@@ -434,7 +447,9 @@ def run(args, models=None):
                    f'||Ax-b|| {row["fidelity"]:.2e} float, {row["fidelity_saved"]:.2e} saved {row["bit_depth"]}-bit'
                    f'{psnr_txt}{tiles_txt}, {row["seconds"]:.2f} s')
     summary = append_csv(args.output, 'summary', SUMMARY_FIELDS, rows)
-    print(f'{len(rows) - failed} of {len(rows)} image(s) done, {failed} failed; summary: {summary}', flush=True)
+    skipped_txt = f', {skipped} skipped (done before: outputs exist)' if args.skip_existing else ''
+    print(f'{len(rows) - failed - skipped} of {len(rows)} image(s) done{skipped_txt}, {failed} failed; summary: '
+          f'{summary}', flush=True)
     return 1 if failed else 0
 
 

@@ -45,6 +45,7 @@ def test_bad_arguments_answer_with_one_line_and_import_nothing_heavy(tmp_path):
         (['a.png', '--scale', '2'], 'the following arguments are required: -o/--output'),
         (['a.png', '-o', str(tmp_path), '--scale', '2', '--backbone', 'vgg'], "invalid choice: 'vgg'"),
         (['a.png', '-o', str(tmp_path), '--scale', '2', '--tile', '2'], '--tile must be >= 8'),
+        (['a.png', '-o', str(tmp_path), '--scale', '2', '--force', '--skip-existing'], 'give one of them'),
     ]
     for argv, what in cases:
         code, out, err, heavy = run_cli(*argv)

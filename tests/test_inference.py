@@ -394,6 +394,36 @@ def test_summary_keeps_earlier_runs(tmp_path, capsys):
         assert [Path(r['input']).name for r in csv.DictReader(f)] == ['b.png']
 
 
+def test_skip_existing_resumes_a_folder(tmp_path, capsys):
+    """--skip-existing: inputs whose outputs all exist are left alone and counted; exit status 0 when every input is
+    done now or was done before. Without it they are failures, as before; with --force it is refused."""
+    a = write(tmp_path / 'in' / 'a.png', photo('astronaut', 24, 28))
+    b = write(tmp_path / 'in' / 'b.png', photo('coffee', 26, 24))
+    c = write(tmp_path / 'in' / 'c.png', photo('chelsea', 24, 24))
+    out = tmp_path / 'out'
+    assert cli(a, b, '-o', out, '--scale', 2, *FAST) == 0
+    before = snapshot(out)
+    capsys.readouterr()
+    assert cli(tmp_path / 'in', '-o', out, '--scale', 2, '--skip-existing', *FAST) == 0
+    stdout = capsys.readouterr().out
+    assert '1 of 3 image(s) done, 2 skipped (done before: outputs exist), 0 failed' in stdout, stdout
+    assert f'{a}: skipped, {out / "a_x2.png"} exists' in stdout
+    now = snapshot(out)
+    assert all(now[n] == before[n] for n in ('a_x2.png', 'b_x2.png')) and (out / 'c_x2.png').is_file()
+    with open(out / 'summary.csv', newline='') as f:
+        last = list(csv.DictReader(f))[-3:]
+    assert [(Path(r['input']).name, r['status']) for r in last] == [('a.png', 'skipped'), ('b.png', 'skipped'),
+                                                                     ('c.png', 'ok')]
+    # with --compare the figure is an output too: an input whose figure is missing is not done
+    assert cli(a, c, '-o', out, '--scale', 2, '--skip-existing', '--compare', *FAST) == 1
+    assert 'c_compare.png' not in {p.name for p in out.iterdir()}
+    assert 'already exists' in capsys.readouterr().err
+    assert cli(a, '-o', out, '--scale', 2, *FAST) == 1  # without the flag an existing output is a failure
+    assert 'already exists' in capsys.readouterr().err
+    assert cli(a, '-o', out, '--scale', 2, '--skip-existing', '--force') == 2
+    assert 'give one of them' in _one_error_line(capsys.readouterr().err)
+
+
 def test_console_shows_psnr_both_fidelities_and_solver_progress(tmp_path, capsys, monkeypatch):
     from tqdm import tqdm
 
