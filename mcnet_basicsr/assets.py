@@ -404,8 +404,9 @@ def missing_option_inputs(opt):
 
 
 def _apply_force_yml(opt, items):
-    """BasicSR's ``--force_yml key:sub=value`` overrides, so the check sees the paths BasicSR will use."""
-    import yaml
+    """BasicSR's ``--force_yml key:sub=value`` overrides, so the check sees the paths BasicSR will use (values read
+    by BasicSR's own rules: ``!!float1e-4``, ``~``, ``[1, 2]``...)."""
+    from basicsr.utils.options import _postprocess_yml_value
     for item in items or ():
         keys, _, value = item.partition('=')
         *parents, last = keys.strip().split(':')
@@ -413,7 +414,7 @@ def _apply_force_yml(opt, items):
         for key in parents:
             node = node.get(key) if isinstance(node, dict) else None
         if isinstance(node, dict):
-            node[last] = yaml.safe_load(value.strip())
+            node[last] = _postprocess_yml_value(value.strip())
 
 
 def check_option_file_inputs(argv):

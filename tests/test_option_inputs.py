@@ -101,3 +101,14 @@ def test_shipped_weights_resolve_from_any_folder(tmp_path, monkeypatch):
         assert resolve_path(path) == path
     assert how_to_make('mcnet_basicsr/weights/no_such_layer.pth').startswith(
         f'the installed package has no such file in {SHIPPED_WEIGHTS_DIR}')
+
+
+def test_force_yml_values_are_read_as_basicsr_reads_them():
+    """The check applies --force_yml as BasicSR does: a float in exponent form (``!!float1e-4``, which YAML itself
+    refuses), a list, ~; a path set to ~ is not an input any more."""
+    from mcnet_basicsr.assets import _apply_force_yml
+    opt = {'train': {'optim_g': {'lr': 1e-3}, 'scheduler': {'milestones': [2000]}}, 'path': {'pretrain_network_g': 'x'}}
+    _apply_force_yml(opt, ['train:optim_g:lr=!!float1e-4', 'train:scheduler:milestones=[20, 40]',
+                           'path:pretrain_network_g=~'])
+    assert opt['train'] == {'optim_g': {'lr': 1e-4}, 'scheduler': {'milestones': [20, 40]}}
+    assert opt['path']['pretrain_network_g'] is None and option_inputs(opt) == []
