@@ -21,14 +21,17 @@ a ``summary.csv`` with other columns is left alone and the rows go to the next f
 
 Console: a solver progress bar per image on the CPU (stderr; its length and the time left extrapolate
 the rate at which the residual falls to --tol), then one line per image with the
-solver's iterations and residual, ``||Ax-b||`` of the float result and of the saved file (its rounding
-to 8/16 bit makes the second larger), and with ``--compare --gt`` the Y-PSNRs of bicubic, the backbone
-and MCNet.
+solver's iterations and residual, ``||Ax-b||`` of the float result and of the saved file, and with ``--compare
+--gt`` the Y-PSNRs of bicubic, the backbone and MCNet.
 
 Consistency: the float result ``x`` satisfies ``||A x - b||_2 <= eps`` (Y in [0, 1], ``A`` = MATLAB
 bicubic downscaling, ``b`` = Y of the LR image; eps = 0 unless ``--eps-rms``); the tool reports that
-number (``fidelity``) for the float result and for the written, quantised image (``fidelity_saved``,
-which also includes clipping to [0, 1] and rounding to 8/16 bit).
+number (``fidelity``) for the float result and for the written file (``fidelity_saved``): the Y of its
+RGB, which is the float result clipped to [0, 1] and rounded to 8/16 bit. The clipping alone
+(``fidelity_clipped``) is often most of it: to reproduce the LR image exactly the float result leaves
+[0, 1] near saturated edges, so a 16-bit file is nearly as far from ``b`` as an 8-bit one. The console
+also gives the saved file's figure as an rms per LR pixel in 8-bit levels,
+``||A x - b|| / sqrt(#LR pixels) * 255``, and the clipping's alone.
 
 Tiling (``--tile N``, N in LR pixels): the convolutional parts -- the backbone and the layer's
 denoiser, which hold all the many-channel feature maps -- run on N x N LR tiles (N*s x N*s in HR,
@@ -76,8 +79,8 @@ MIN_LR_SIDE = 4  # smallest LR width/height accepted
 BACKBONE_NAMES = {'srcnn': 'SRCNN', 'rcan_compact': 'compact RCAN', 'rdn_compact': 'compact RDN', 'imdn': 'IMDN',
                   'pan': 'PAN'}
 SUMMARY_FIELDS = ('run', 'input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
-                  'bit_depth', 'scale', 'tiles', 'iterations', 'solver_residual', 'eps', 'fidelity', 'fidelity_saved',
-                  'psnr_bicubic', 'psnr_backbone', 'psnr_mcnet', 'seconds')
+                  'bit_depth', 'scale', 'tiles', 'iterations', 'solver_residual', 'eps', 'fidelity', 'fidelity_clipped',
+                  'fidelity_saved', 'psnr_bicubic', 'psnr_backbone', 'psnr_mcnet', 'seconds')
 
 
 # ---------------------------------------------------------------------------------------- inputs
@@ -357,13 +360,14 @@ def process_image(row, args, model, device, out_names, n_inputs):
     if not bool(torch.isfinite(sr).all()):
         raise ImageError('the result contains NaN/inf values (check the weights)')
     fid = fidelity(model, sr, result['b'])
+    fid_clipped = fidelity(model, sr.clamp(0, 1), result['b'])  # what the file's RGB keeps before rounding
     if alpha is not None:
         alpha = imresize(alpha.to(device), args.scale).clamp(0, 1)
     arr = to_array(sr, alpha, peak)
     saved_colour, _, _ = split_image(arr)
     stats = result['stats']
     row.update(tiles=result['tiles'], iterations=int(stats.iterations[0]), solver_residual=float(stats.residual[0]),
-               eps=float(result['eps']), fidelity=fid,
+               eps=float(result['eps']), fidelity=fid, fidelity_clipped=fid_clipped,
                fidelity_saved=fidelity(model, saved_colour.to(device), result['b']))
     if cmp_path:
         figure, psnr = make_figure(model, colour, result, gt_arr, args.scale)
@@ -442,10 +446,12 @@ def run(args, models=None):
         if row.get('psnr_mcnet') is not None:
             psnr_txt = (f', Y-PSNR bicubic {row["psnr_bicubic"]:.2f} / {BACKBONE_NAMES[args.backbone]} '
                         f'{row["psnr_backbone"]:.2f} / MCNet {row["psnr_mcnet"]:.2f} dB')
+        levels = 255 / (row['in_h'] * row['in_w'])**0.5  # ||Ax-b|| -> rms per LR pixel in 8-bit levels
         tqdm.write(f'{path}: {row["in_w"]}x{row["in_h"]} -> {row["out_w"]}x{row["out_h"]}, '
                    f'{row["iterations"]} iters, residual {row["solver_residual"]:.2e}, '
-                   f'||Ax-b|| {row["fidelity"]:.2e} float, {row["fidelity_saved"]:.2e} saved {row["bit_depth"]}-bit'
-                   f'{psnr_txt}{tiles_txt}, {row["seconds"]:.2f} s')
+                   f'||Ax-b|| {row["fidelity"]:.2e} float, {row["fidelity_saved"]:.2e} saved {row["bit_depth"]}-bit '
+                   f'(rms {row["fidelity_saved"] * levels:.3f}/255 per LR pixel; clipping to [0, 1] alone: '
+                   f'{row["fidelity_clipped"] * levels:.3f}/255){psnr_txt}{tiles_txt}, {row["seconds"]:.2f} s')
     summary = append_csv(args.output, 'summary', SUMMARY_FIELDS, rows)
     skipped_txt = f', {skipped} skipped (done before: outputs exist)' if args.skip_existing else ''
     print(f'{len(rows) - failed - skipped} of {len(rows)} image(s) done{skipped_txt}, {failed} failed; summary: '

@@ -424,6 +424,32 @@ def test_skip_existing_resumes_a_folder(tmp_path, capsys):
     assert 'give one of them' in _one_error_line(capsys.readouterr().err)
 
 
+def test_saved_files_consistency_is_reported_with_its_clipping(tmp_path, capsys):
+    """The saved file's ||Ax-b|| is its RGB clipped to [0, 1] and rounded: on this photo the clipping is most of it,
+    so a 16-bit file (rounding 257 times finer) is nearly as far off as an 8-bit one. The console gives each as an
+    rms per LR pixel in 8-bit levels, ||Ax-b|| / sqrt(#LR pixels) * 255."""
+    rgb = photo('astronaut', 64, 64)
+    a8, a16 = write(tmp_path / 'in' / 'a8.png', rgb), write(tmp_path / 'in' / 'a16.png', rgb.astype(np.uint16) * 257)
+    out = tmp_path / 'out'
+    assert cli(a8, a16, '-o', out, '--scale', 2, '--device', 'cpu', *FAST) == 0
+    lines = {ln.split(':')[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(str(tmp_path))}
+    rows = read_summary(out)
+    fid = {bits: {k: float(rows[str(path)][k]) for k in ('fidelity', 'fidelity_clipped', 'fidelity_saved')}
+           for bits, path in ((8, a8), (16, a16))}
+    for bits, path in ((8, a8), (16, a16)):
+        levels = 255 / 64  # 64 x 64 LR pixels
+        assert (f'{fid[bits]["fidelity_saved"]:.2e} saved {bits}-bit (rms {fid[bits]["fidelity_saved"] * levels:.3f}'
+                f'/255 per LR pixel; clipping to [0, 1] alone: {fid[bits]["fidelity_clipped"] * levels:.3f}/255)'
+                in lines[str(path)]), lines[str(path)]
+        assert fid[bits]['fidelity'] < 1e-5 < fid[bits]['fidelity_clipped'] <= fid[bits]['fidelity_saved']
+    # the same LR values (v * 257 / 65535 = v / 255): the same float result, the same clipped one
+    assert fid[16]['fidelity_clipped'] == pytest.approx(fid[8]['fidelity_clipped'], rel=1e-4)
+    # rounding to 16 bit moves each HR RGB value by <= 0.5 / 65535, so Y (weights summing to 0.86) as much and A x
+    # (||A||_2 <= 1) by at most that times sqrt(#HR pixels)
+    assert abs(fid[16]['fidelity_saved'] - fid[16]['fidelity_clipped']) <= 0.5 / 65535 * 128
+    assert fid[16]['fidelity_saved'] > 0.75 * fid[8]['fidelity_saved']
+
+
 def test_console_shows_psnr_both_fidelities_and_solver_progress(tmp_path, capsys, monkeypatch):
     from tqdm import tqdm
 
@@ -448,7 +474,7 @@ def test_console_shows_psnr_both_fidelities_and_solver_progress(tmp_path, capsys
     row = read_summary(out)[str(img)]
     assert f'MCNet {float(row["psnr_mcnet"]):.2f} dB' in line and f'bicubic {float(row["psnr_bicubic"]):.2f}' in line
     fid_float, fid_saved = (float(line.split('||Ax-b|| ')[1].split(' float')[0]),
-                            float(line.split(' float, ')[1].split(' saved 8-bit')[0]))
+                            float(line.split(' float, ')[1].split(' saved 8-bit (')[0]))
     assert fid_float == pytest.approx(float(row['fidelity']), rel=1e-2)
     assert fid_saved == pytest.approx(float(row['fidelity_saved']), rel=1e-2) and fid_saved > fid_float
     solve = [bar for bar in bars if bar.desc == 'astro.png solve']
