@@ -27,9 +27,9 @@ solver's iterations and residual, ``||Ax-b||`` of the float result and of the sa
 Consistency: the float result ``x`` satisfies ``||A x - b||_2 <= eps`` (Y in [0, 1], ``A`` = MATLAB
 bicubic downscaling, ``b`` = Y of the LR image; eps = 0 unless ``--eps-rms``); the tool reports that
 number (``fidelity``) for the float result and for the written file (``fidelity_saved``): the Y of its
-RGB, which is the float result clipped to [0, 1] and rounded to 8/16 bit. The clipping alone
-(``fidelity_clipped``) is often most of it: to reproduce the LR image exactly the float result leaves
-[0, 1] near saturated edges, so a 16-bit file is nearly as far from ``b`` as an 8-bit one. The console
+RGB, which is the float result clipped to [0, 1] and rounded to 8/16 bit. To reproduce the LR image
+exactly the float result leaves [0, 1] near saturated edges; where it does, the clipping alone
+(``fidelity_clipped``) is most of it and a 16-bit file is nearly as far from ``b`` as an 8-bit one. The console
 also gives the saved file's figure as an rms per LR pixel in 8-bit levels,
 ``||A x - b|| / sqrt(#LR pixels) * 255``, and the clipping's alone.
 
