@@ -66,7 +66,7 @@ from mcnet_sr_cli import UsageError, print_error
 from .deq import release_cuda_graph_memory
 from .ops import imresize
 from .pretrained import build_pretrained_mcnet, check_available, default_eps_rms
-from .utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
+from .utils.checkpoint import CheckpointError, read_checkpoint, saved_record, select_state_dict, state_dict_mismatch
 from .utils.color import luma, ycbcr_to_rgb
 from .utils.figure import compose_figure, to_u8_bgr
 from .utils.files import append_csv
@@ -147,9 +147,9 @@ def _one_line(text, limit=300):
 def load_layer_weights(model, path, scale):
     """Load an MCNet layer checkpoint strictly, with a one-line error for anything that does not fit.
 
-    A layer records the backbone and scale it was trained for (:meth:`MCNetArch.saved_record`); that record, not the
-    file's name, decides whether it fits the command's model. Only a layer saved without one is checked by the
-    checkpoint's ``scale`` entry or its file name.
+    A layer records the backbone and scale it was trained for (``MCNetArch.trained_for``, read by ``saved_record``):
+    that record, not the file's name, decides whether it fits the command's model. Only a layer saved without one is
+    checked by the checkpoint's ``scale`` entry or its file name.
     """
     try:
         ckpt = read_checkpoint(path)
@@ -160,7 +160,7 @@ def load_layer_weights(model, path, scale):
     except CheckpointError:
         raise UsageError(f'{path}: not an MCNet layer checkpoint (expected a BasicSR {{"params": state_dict}} file)') \
             from None
-    trained = model.saved_record(state)
+    trained = saved_record(state)
     if trained is None:
         _check_scale(path, 'the layer checkpoint', scale, ckpt)
     elif trained != model.trained_for():

@@ -6,7 +6,7 @@ from torch import nn
 
 from mcnet_basicsr.deq import BackwardStatsHolder, IterateKeeper, SolverConfig, implicit_fixed_point, solve
 from mcnet_basicsr.ops import build_operator, eps_from_rms, imresize
-from mcnet_basicsr.utils.checkpoint import load_network
+from mcnet_basicsr.utils.checkpoint import encode_record, load_network, saved_record
 from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
 from mcnet_basicsr.utils.precision import tf32
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY, build_network
@@ -315,18 +315,10 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         return f'{type(self.backbone).__name__} x{self.scale}'
 
     def get_extra_state(self):
-        # a fixed-length uint8 tensor, not a string: BasicSR moves every state-dict entry with .cpu() when saving
-        return torch.tensor(list(self.trained_for().encode().ljust(_RECORD_BYTES)[:_RECORD_BYTES]), dtype=torch.uint8)
-
-    @staticmethod
-    def saved_record(state_dict, prefix=''):
-        """What a layer's saved state dict records of its backbone and scale (see :meth:`trained_for`), or None for a
-        layer saved before the record existed."""
-        state = state_dict.get(prefix + '_extra_state')
-        return bytes(state.tolist()).decode(errors='replace').strip() if torch.is_tensor(state) else None
+        return encode_record(self.trained_for(), _RECORD_BYTES)  # read back by utils.checkpoint.saved_record
 
     def set_extra_state(self, state):
-        trained = self.saved_record({'_extra_state': state})
+        trained = saved_record({'_extra_state': state})
         if trained != self.trained_for():
             raise ValueError(f'This MCNet layer was trained on {trained}; it is being loaded on {self.trained_for()}. '
                              'A layer learns the errors of one backbone at one scale: use the layer trained for '

@@ -106,6 +106,19 @@ def state_dict_mismatch(net, state):
     return '; '.join(parts)
 
 
+def encode_record(text, nbytes):
+    """``text`` as a fixed-length uint8 tensor for a module's ``get_extra_state`` (not a string: BasicSR moves every
+    state-dict entry with ``.cpu()`` when it saves)."""
+    return torch.tensor(list(text.encode().ljust(nbytes)[:nbytes]), dtype=torch.uint8)
+
+
+def saved_record(state_dict, key='_extra_state'):
+    """The text :func:`encode_record` saved under ``key`` of ``state_dict`` (an MCNet layer's backbone and scale,
+    ``MCNetArch.trained_for``), or None where the state dict has none."""
+    record = state_dict.get(key)
+    return bytes(record.tolist()).decode(errors='replace').strip() if torch.is_tensor(record) else None
+
+
 def load_network(net, path, param_key='params', strict=True):
     """Load ``path`` (see :func:`load_state_dict`) into ``net``; a strict mismatch names the file and the keys."""
     state = load_state_dict(path, param_key)
