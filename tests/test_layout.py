@@ -2,6 +2,8 @@
 as thin command lines that nothing imports and that import nothing of each other, and the size limits."""
 import ast
 
+import pytest
+
 from conftest import REPO_ROOT
 
 PACKAGE = REPO_ROOT / 'mcnet_basicsr'
@@ -96,3 +98,18 @@ def test_size_limits():
     too_long = {str(p.relative_to(REPO_ROOT)): n for p, n in lines.items() if n > 500}
     assert not too_long
     assert sum(n for p, n in lines.items() if p.parent == SCRIPTS and p.suffix == '.py') <= 2000
+
+
+@pytest.mark.slow  # a pytest subprocess
+def test_pytest_summary_lists_skip_reasons(tmp_path):
+    """pytest.ini makes the summary list each skipped test with its reason (-rs), so a run without the reference data
+    beside the repository says what it left out."""
+    import subprocess
+    import sys
+    (tmp_path / 'test_probe.py').write_text('import pytest\n\n\ndef test_needs_data():\n'
+                                            "    pytest.skip('needs reference data, absent here')\n")
+    proc = subprocess.run([sys.executable, '-m', 'pytest', '-c', str(REPO_ROOT / 'pytest.ini'), '--rootdir',
+                           str(tmp_path), '-n', '0', '-p', 'no:cacheprovider', str(tmp_path / 'test_probe.py')],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert 'SKIPPED [1] test_probe.py:5: needs reference data, absent here' in proc.stdout, proc.stdout[-2000:]
