@@ -93,8 +93,8 @@ def test_latency_benchmark_times_each_stage(tmp_path):
     import json
     out = tmp_path / 'cli.json'
     proc = subprocess.run([sys.executable, 'scripts/benchmark_cli.py', '--device', 'cpu', '--scale', '2', '--size', '24',
-                           '--repeats', '1', '--json', str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=600)
+                           '--repeats', '1', '--json', str(out)], cwd=REPO_ROOT, env=repo_env(), capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(out.read_text())
     m = rec['median']
