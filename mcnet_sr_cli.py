@@ -98,8 +98,8 @@ def build_parser():
                    help='ground truth for --compare: a file (one input) or a folder holding the same file names')
     p.add_argument('--force', action='store_true', help='overwrite existing outputs')
     p.add_argument('--skip-existing', action='store_true',
-                   help='skip the inputs whose outputs all exist (a re-run after an interruption); the exit status is 0 '
-                   'when every input is done now or was done before')
+                   help='skip the inputs whose outputs all exist (a re-run after an interruption); the exit status '
+                   'is 0 when every input is done now or was done before')
     return p
 
 

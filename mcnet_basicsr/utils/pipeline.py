@@ -6,6 +6,7 @@ import warnings
 
 import torch
 
+
 def default_root_path():
     """Where experiments/, results/ and tb_logger/ go: the current folder, where the option files' data paths
     (``datasets/...``) are read from too.
