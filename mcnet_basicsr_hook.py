@@ -5,7 +5,8 @@ options/train_mcnet_srcnn_x2.yml`` from a BasicSR checkout would not know ``MCNe
 ``python -m mcnet_basicsr.autoload install`` writes a one-line ``.pth`` file that imports this
 module at interpreter start-up and calls :func:`activate`. From then on, the first
 ``import basicsr`` in any program is followed by ``import mcnet_basicsr``, which registers our
-archs, models and metrics.
+archs, models and metrics, and BasicSR's option parser then names each missing input of an option
+file in one line (exit status 2) instead of failing later in a data loader.
 
 Cost for programs that never import basicsr: importing this stdlib-only module and one dict
 look-up per top-level import (the finder declines every name but ``basicsr``). Nothing heavy
@@ -56,6 +57,14 @@ def install_torchvision_alias():
         sys.modules.setdefault(name, functional)
 
 
+def _register():
+    """Our types into BasicSR's registries (a no-op where importing the package registered already), and BasicSR's
+    option parser made to name an option file's missing inputs in one line each
+    (``mcnet_basicsr.utils.pipeline.check_inputs_when_parsing``)."""
+    importlib.import_module('mcnet_basicsr').register()
+    importlib.import_module('mcnet_basicsr.utils.pipeline').check_inputs_when_parsing()
+
+
 class _LoaderThenPlugin(importlib.abc.Loader):
     """Wraps basicsr's loader: alias torchvision before basicsr runs, import our plugin after."""
 
@@ -68,7 +77,7 @@ class _LoaderThenPlugin(importlib.abc.Loader):
     def exec_module(self, module):
         install_torchvision_alias()
         self._loader.exec_module(module)
-        importlib.import_module('mcnet_basicsr').register()  # a no-op where importing it registered already
+        _register()
 
 
 class BasicsrPluginFinder(importlib.abc.MetaPathFinder):
@@ -93,7 +102,7 @@ class BasicsrPluginFinder(importlib.abc.MetaPathFinder):
 def activate():
     """Install the finder (idempotent). Called by the ``.pth`` line that autoload writes."""
     if _TARGET in sys.modules:  # basicsr is already there: register right away
-        importlib.import_module('mcnet_basicsr').register()
+        _register()
         return
     if not any(isinstance(f, BasicsrPluginFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, BasicsrPluginFinder())

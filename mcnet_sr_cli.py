@@ -97,6 +97,9 @@ def build_parser():
     p.add_argument('--gt', metavar='PATH_OR_DIR',
                    help='ground truth for --compare: a file (one input) or a folder holding the same file names')
     p.add_argument('--force', action='store_true', help='overwrite existing outputs')
+    p.add_argument('--skip-existing', action='store_true',
+                   help='skip the inputs whose outputs all exist (a re-run after an interruption); the exit status '
+                   'is 0 when every input is done now or was done before')
     return p
 
 
@@ -120,6 +123,8 @@ def parse_args(argv):
         raise UsageError(f'--threads must be >= 1, got {args.threads}')
     if args.tile is not None and args.tile < MIN_TILE:
         raise UsageError(f'--tile must be >= {MIN_TILE} (LR pixels), got {args.tile}')
+    if args.force and args.skip_existing:
+        raise UsageError('--force overwrites existing outputs, --skip-existing keeps them: give one of them')
     if args.gt is not None and not args.compare:
         raise UsageError('--gt is only used with --compare')
     if args.gt is not None and not osp.exists(args.gt):

@@ -6,7 +6,9 @@ with scikit-image.
 No dataset or network access: the HR photos come with scikit-image, LR is made by MATLAB bicubic
 downscaling (uint8), and the models are the weights this project ships. Prints PSNR/SSIM (Y,
 crop = scale, uint8 outputs, BasicSR's metrics), the data fidelity ||A x - b||_2 (Y, [0, 1]) and
-the time per image, and writes one comparison figure per photo. MCNet+SRCNN is exactly consistent
+the time per image, and writes one comparison figure per photo: every method and the ground truth with
+its PSNR and ||A x - b||, above a zoomed crop of the most detailed region (as ``mcnet-sr --compare``
+draws them). MCNet+SRCNN is exactly consistent
 (eps = 0); MCNet+RCAN-c keeps ||A x - b|| within the uint8 quantisation level it was trained with.
 """
 import argparse
@@ -22,6 +24,7 @@ from tqdm import tqdm
 
 from mcnet_basicsr.ops import build_operator, imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
+from mcnet_basicsr.utils.figure import compose_figure, to_u8_bgr
 from mcnet_basicsr.utils.pipeline import default_root_path
 from mcnet_basicsr.zoo.pretrained import build_pretrained_backbone, build_pretrained_mcnet, default_eps_rms
 
@@ -39,16 +42,6 @@ def sample_hr(name, size, scale):
 
 def to_tensor(rgb_uint8):
     return torch.from_numpy(rgb_uint8.astype(np.float32) / 255.).permute(2, 0, 1)[None]
-
-
-def to_uint8(t):
-    return (t[0].detach().cpu().clamp(0, 1).permute(1, 2, 0).numpy() * 255.).round().astype(np.uint8)
-
-
-def caption(img, text):
-    bar = np.full((22, img.shape[1], 3), 255, np.uint8)
-    cv2.putText(bar, text, (4, 16), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 1, cv2.LINE_AA)
-    return np.concatenate([bar, img], axis=0)
 
 
 def main(argv=None):
@@ -91,14 +84,16 @@ def main(argv=None):
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
             fidelity = float(op.residual_norm(rgb_to_ycbcr(sr.double())[:, :1], b)[0])
-            sr_u8 = to_uint8(sr)
-            bgr, gt_bgr = sr_u8[:, :, ::-1], hr[:, :, ::-1]
+            bgr, _ = to_u8_bgr(sr.detach())
+            gt_bgr = np.ascontiguousarray(hr[:, :, ::-1])
             psnr = calculate_psnr(bgr, gt_bgr, crop_border=s, test_y_channel=True)
             ssim = calculate_ssim(bgr, gt_bgr, crop_border=s, test_y_channel=True)
             rows.append((name, method, psnr, ssim, fidelity, seconds))
-            panels.append(caption(np.ascontiguousarray(bgr), f'{method} {psnr:.2f} dB'))
-        panels.append(caption(np.ascontiguousarray(hr[:, :, ::-1]), 'ground truth'))
-        figure = np.concatenate(panels, axis=1)
+            panels.append((f'{method} {psnr:.2f} dB\n||Ax-b|| {fidelity:.1e}', bgr))
+        # the ground truth is not exactly consistent with the LR image either: b was rounded to uint8
+        gt_fidelity = float(op.residual_norm(rgb_to_ycbcr(to_tensor(hr).double().to(device))[:, :1], b)[0])
+        panels.append((f'ground truth\n||Ax-b|| {gt_fidelity:.1e}', gt_bgr))
+        figure = compose_figure(panels, s)
         path = osp.join(out_dir, f'{name}_x{s}.png')
         cv2.imwrite(path + '.tmp.png', figure)
         os.replace(path + '.tmp.png', path)

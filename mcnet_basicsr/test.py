@@ -3,8 +3,9 @@
     python mcnet_basicsr/test.py -opt options/test_mcnet_srcnn_x2.yml
     python -m mcnet_basicsr.test -opt ...
 
-results/ lands in the repository root (or the current directory when the package is installed
-elsewhere), as with BasicSR's own ``basicsr/test.py``.
+results/ lands in the current folder, from which the option file's data paths (``datasets/...``) are read too:
+BasicSR's ``test_pipeline`` with its root there. (BasicSR's own ``basicsr/test.py`` takes the folder above its
+``basicsr/``, which for a pip-installed basicsr is site-packages.)
 """
 import os.path as osp
 import sys

@@ -9,8 +9,9 @@ Distributed: one process per GPU (nccl; more torchrun processes than GPUs are re
 CUDA, torchrun or slurm processes join a gloo group instead (``mcnet_basicsr.utils.pipeline.init_dist``), which is how
 the tests run it.
 
-experiments/, tb_logger/ and results/ land in the repository root (or the current directory
-when the package is installed elsewhere), as with BasicSR's own ``basicsr/train.py``.
+experiments/, tb_logger/ and results/ land in the current folder, from which the option file's data paths
+(``datasets/...``) are read too: BasicSR's ``train_pipeline`` with its root there. (BasicSR's own
+``basicsr/train.py`` takes the folder above its ``basicsr/``, which for a pip-installed basicsr is site-packages.)
 """
 import os.path as osp
 import sys

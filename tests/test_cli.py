@@ -45,6 +45,7 @@ def test_bad_arguments_answer_with_one_line_and_import_nothing_heavy(tmp_path):
         (['a.png', '--scale', '2'], 'the following arguments are required: -o/--output'),
         (['a.png', '-o', str(tmp_path), '--scale', '2', '--backbone', 'vgg'], "invalid choice: 'vgg'"),
         (['a.png', '-o', str(tmp_path), '--scale', '2', '--tile', '2'], '--tile must be >= 8'),
+        (['a.png', '-o', str(tmp_path), '--scale', '2', '--force', '--skip-existing'], 'give one of them'),
     ]
     for argv, what in cases:
         code, out, err, heavy = run_cli(*argv)
@@ -92,8 +93,8 @@ def test_latency_benchmark_times_each_stage(tmp_path):
     import json
     out = tmp_path / 'cli.json'
     proc = subprocess.run([sys.executable, 'benchmarks/benchmark_cli.py', '--device', 'cpu', '--scale', '2', '--size', '24',
-                           '--repeats', '1', '--json', str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=600)
+                           '--repeats', '1', '--json', str(out)], cwd=REPO_ROOT, env=repo_env(), capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(out.read_text())
     m = rec['median']

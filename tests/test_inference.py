@@ -5,6 +5,7 @@ first spectral-norm estimate is paid once per distinct model), except one subpro
 ``python -m mcnet_basicsr.cli.inference``. Solvers are loose (``--tol 1e-3``) unless a test needs more.
 """
 import csv
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -199,6 +200,26 @@ def test_usage_and_weight_errors_touch_nothing(tmp_path, capsys):
     assert main(['--help']) == 0
 
 
+def test_a_layer_is_checked_by_its_saved_record_not_its_name(tmp_path, capsys):
+    """A layer records the backbone and scale it was trained for: renamed, a layer for another scale or backbone is
+    one error line and exit status 2, nothing written; the right layer under a misleading name runs."""
+    img = write(tmp_path / 'in' / 'a.png', photo('astronaut', 24, 24))
+    out = tmp_path / 'out'
+    for src, extra, trained, wanted in (('mcnet_srcnn_x3.pth', [], 'SRCNN x3', 'SRCNN x2'),
+                                        ('mcnet_rcan_compact_x2.pth', [], 'RCAN x2', 'SRCNN x2'),
+                                        ('mcnet_srcnn_x2.pth', ['--backbone', 'rdn_compact'], 'SRCNN x2', 'RDN x2')):
+        layer = tmp_path / 'layer.pth'
+        shutil.copy(weight_path(src), layer)
+        code = cli(img, '-o', out, '--scale', 2, '--weights', layer, *extra, *FAST)
+        line = _one_error_line(capsys.readouterr().err)
+        assert code == 2 and f'trained for {trained} (the record saved in it)' in line and wanted in line, line
+        assert not out.exists()
+    misnamed = tmp_path / 'mcnet_srcnn_x4.pth'
+    shutil.copy(weight_path('mcnet_srcnn_x2.pth'), misnamed)
+    assert cli(img, '-o', out, '--scale', 2, '--weights', misnamed, *FAST) == 0
+    assert cv2.imread(str(out / 'a_x2.png')).shape == (48, 48, 3)
+
+
 def test_nan_result_is_an_error_and_overwrites_nothing(tmp_path, capsys):
     state = torch.load(weight_path('mcnet_srcnn_x2.pth'), map_location='cpu')
     state['params']['log_beta'] = torch.tensor(float('nan'))
@@ -373,6 +394,62 @@ def test_summary_keeps_earlier_runs(tmp_path, capsys):
         assert [Path(r['input']).name for r in csv.DictReader(f)] == ['b.png']
 
 
+def test_skip_existing_resumes_a_folder(tmp_path, capsys):
+    """--skip-existing: inputs whose outputs all exist are left alone and counted; exit status 0 when every input is
+    done now or was done before. Without it they are failures, as before; with --force it is refused."""
+    a = write(tmp_path / 'in' / 'a.png', photo('astronaut', 24, 28))
+    b = write(tmp_path / 'in' / 'b.png', photo('coffee', 26, 24))
+    c = write(tmp_path / 'in' / 'c.png', photo('chelsea', 24, 24))
+    out = tmp_path / 'out'
+    assert cli(a, b, '-o', out, '--scale', 2, *FAST) == 0
+    before = snapshot(out)
+    capsys.readouterr()
+    assert cli(tmp_path / 'in', '-o', out, '--scale', 2, '--skip-existing', *FAST) == 0
+    stdout = capsys.readouterr().out
+    assert '1 of 3 image(s) done, 2 skipped (done before: outputs exist), 0 failed' in stdout, stdout
+    assert f'{a}: skipped, {out / "a_x2.png"} exists' in stdout
+    now = snapshot(out)
+    assert all(now[n] == before[n] for n in ('a_x2.png', 'b_x2.png')) and (out / 'c_x2.png').is_file()
+    with open(out / 'summary.csv', newline='') as f:
+        last = list(csv.DictReader(f))[-3:]
+    assert [(Path(r['input']).name, r['status']) for r in last] == [('a.png', 'skipped'), ('b.png', 'skipped'),
+                                                                     ('c.png', 'ok')]
+    # with --compare the figure is an output too: an input whose figure is missing is not done
+    assert cli(a, c, '-o', out, '--scale', 2, '--skip-existing', '--compare', *FAST) == 1
+    assert 'c_compare.png' not in {p.name for p in out.iterdir()}
+    assert 'already exists' in capsys.readouterr().err
+    assert cli(a, '-o', out, '--scale', 2, *FAST) == 1  # without the flag an existing output is a failure
+    assert 'already exists' in capsys.readouterr().err
+    assert cli(a, '-o', out, '--scale', 2, '--skip-existing', '--force') == 2
+    assert 'give one of them' in _one_error_line(capsys.readouterr().err)
+
+
+def test_saved_files_consistency_is_reported_with_its_clipping(tmp_path, capsys):
+    """The saved file's ||Ax-b|| is its RGB clipped to [0, 1] and rounded: on this photo the clipping is most of it,
+    so a 16-bit file (rounding 257 times finer) is nearly as far off as an 8-bit one. The console gives each as an
+    rms per LR pixel in 8-bit levels, ||Ax-b|| / sqrt(#LR pixels) * 255."""
+    rgb = photo('astronaut', 64, 64)
+    a8, a16 = write(tmp_path / 'in' / 'a8.png', rgb), write(tmp_path / 'in' / 'a16.png', rgb.astype(np.uint16) * 257)
+    out = tmp_path / 'out'
+    assert cli(a8, a16, '-o', out, '--scale', 2, '--device', 'cpu', *FAST) == 0
+    lines = {ln.split(':')[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(str(tmp_path))}
+    rows = read_summary(out)
+    fid = {bits: {k: float(rows[str(path)][k]) for k in ('fidelity', 'fidelity_clipped', 'fidelity_saved')}
+           for bits, path in ((8, a8), (16, a16))}
+    for bits, path in ((8, a8), (16, a16)):
+        levels = 255 / 64  # 64 x 64 LR pixels
+        assert (f'{fid[bits]["fidelity_saved"]:.2e} saved {bits}-bit (rms {fid[bits]["fidelity_saved"] * levels:.3f}'
+                f'/255 per LR pixel; clipping to [0, 1] alone: {fid[bits]["fidelity_clipped"] * levels:.3f}/255)'
+                in lines[str(path)]), lines[str(path)]
+        assert fid[bits]['fidelity'] < 1e-5 < fid[bits]['fidelity_clipped'] <= fid[bits]['fidelity_saved']
+    # the same LR values (v * 257 / 65535 = v / 255): the same float result, the same clipped one
+    assert fid[16]['fidelity_clipped'] == pytest.approx(fid[8]['fidelity_clipped'], rel=1e-4)
+    # rounding to 16 bit moves each HR RGB value by <= 0.5 / 65535, so Y (weights summing to 0.86) as much and A x
+    # (||A||_2 <= 1) by at most that times sqrt(#HR pixels)
+    assert abs(fid[16]['fidelity_saved'] - fid[16]['fidelity_clipped']) <= 0.5 / 65535 * 128
+    assert fid[16]['fidelity_saved'] > 0.75 * fid[8]['fidelity_saved']
+
+
 def test_console_shows_psnr_both_fidelities_and_solver_progress(tmp_path, capsys, monkeypatch):
     from tqdm import tqdm
 
@@ -397,7 +474,7 @@ def test_console_shows_psnr_both_fidelities_and_solver_progress(tmp_path, capsys
     row = read_summary(out)[str(img)]
     assert f'MCNet {float(row["psnr_mcnet"]):.2f} dB' in line and f'bicubic {float(row["psnr_bicubic"]):.2f}' in line
     fid_float, fid_saved = (float(line.split('||Ax-b|| ')[1].split(' float')[0]),
-                            float(line.split(' float, ')[1].split(' saved 8-bit')[0]))
+                            float(line.split(' float, ')[1].split(' saved 8-bit (')[0]))
     assert fid_float == pytest.approx(float(row['fidelity']), rel=1e-2)
     assert fid_saved == pytest.approx(float(row['fidelity_saved']), rel=1e-2) and fid_saved > fid_float
     solve = [bar for bar in bars if bar.desc == 'astro.png solve']

@@ -3,6 +3,8 @@ as thin command lines that nothing imports and that import nothing of each other
 the product, and no package module that only the lab or the tests use."""
 import ast
 
+import pytest
+
 from conftest import REPO_ROOT
 
 PACKAGE = REPO_ROOT / 'mcnet_basicsr'
@@ -131,3 +133,18 @@ def test_every_package_module_serves_the_product():
         todo.extend('.'.join(parts[:i]) for i in range(1, len(parts)))  # importing a.b.c runs a and a.b
         todo.extend(n for n in imported_names(files[name]) if n in files)
     assert not sorted(set(modules) - reached)
+
+
+@pytest.mark.slow  # a pytest subprocess
+def test_pytest_summary_lists_skip_reasons(tmp_path):
+    """pytest.ini makes the summary list each skipped test with its reason (-rs), so a run without the reference data
+    beside the repository says what it left out."""
+    import subprocess
+    import sys
+    (tmp_path / 'test_probe.py').write_text('import pytest\n\n\ndef test_needs_data():\n'
+                                            "    pytest.skip('needs reference data, absent here')\n")
+    proc = subprocess.run([sys.executable, '-m', 'pytest', '-c', str(REPO_ROOT / 'pytest.ini'), '--rootdir',
+                           str(tmp_path), '-n', '0', '-p', 'no:cacheprovider', str(tmp_path / 'test_probe.py')],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert 'SKIPPED [1] test_probe.py:5: needs reference data, absent here' in proc.stdout, proc.stdout[-2000:]

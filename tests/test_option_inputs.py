@@ -2,11 +2,14 @@
 and the command that makes it (one line each, exit status 2), instead of a traceback from inside BasicSR."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO_ROOT, repo_env
-from mcnet_basicsr.zoo.assets import how_to_make, missing_option_inputs
+from mcnet_basicsr.utils.checkpoint import load_state_dict
+from mcnet_basicsr.utils.paths import SHIPPED_WEIGHTS_DIR, resolve_path
+from mcnet_basicsr.zoo.assets import how_to_make, missing_option_inputs, option_inputs
 
 
 @pytest.mark.slow
@@ -14,17 +17,22 @@ from mcnet_basicsr.zoo.assets import how_to_make, missing_option_inputs
 def test_missing_inputs_are_named_with_their_command(entry, tmp_path):
     name = 'train_mcnet_srcnn_x3.yml' if entry.endswith('train.py') else 'test_mcnet_srcnn_x3.yml'
     # run from an empty folder: every relative path of the option file is missing there
+    # this checkout's package (scripts/ import the installed one)
     proc = subprocess.run([sys.executable, str(REPO_ROOT / entry), '-opt', str(REPO_ROOT / 'options' / name)],
                           cwd=tmp_path, env=repo_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr[-2000:])
     assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert all(line.startswith('error: ') and 'is missing; ' in line for line in lines), lines
+    # data and third-party weights are read relative to the current folder, and the message says so
+    assert all(f', relative to the current folder {tmp_path}) is missing' in line for line in lines), lines
     assert any('datasets/Set5/HR_mod3 (' in line and line.endswith(
         'python scripts/fetch_assets.py Set5 && python scripts/prepare_datasets.py --eval-sets Set5 --train-sets '
         '--scales 3') for line in lines), lines
-    assert any('experiments/pretrained_models/srcnn_955_imagenet_x3.pth (network_g.backbone_path)' in line and
+    assert any('experiments/pretrained_models/srcnn_955_imagenet_x3.pth (network_g.backbone_path, ' in line and
                line.endswith('python scripts/fetch_assets.py srcnn_955_imagenet') for line in lines), lines
+    # the shipped weights the option file names (the layer, or the DnCNN6 training starts from) are the package's
+    assert not any('mcnet_basicsr/weights/' in line for line in lines), lines
     if name.startswith('train'):
         assert any('datasets/T91/T91_HR_sub_x3.lmdb' in line and line.endswith(
             'python scripts/prepare_datasets.py --eval-sets --train-sets T91 --scales 3') for line in lines), lines
@@ -63,3 +71,44 @@ def test_how_to_make(tmp_path, monkeypatch):
     gone = str(tmp_path / 'start.pth')  # a learned start's weights are checked too
     assert [entry[:2] for entry in missing_option_inputs({'network_g': {'start_path': gone}})] == [
         ('network_g.start_path', gone)]
+
+
+def test_shipped_weights_resolve_from_any_folder(tmp_path, monkeypatch):
+    """``mcnet_basicsr/weights/<file>`` in an option file is the installed package's file wherever the command runs;
+    a file at that path in the current folder wins; anything else is read as written, relative to the current
+    folder (BasicSR's convention for data)."""
+    import yaml
+    monkeypatch.chdir(tmp_path)  # not the repository: no mcnet_basicsr/weights here
+    with open(REPO_ROOT / 'options' / 'test_mcnet_rcan_compact_x2.yml') as f:
+        opt = yaml.safe_load(f)
+    keys = dict(option_inputs(opt))
+    assert keys['network_g.backbone_path'] == 'mcnet_basicsr/weights/rcan_compact_x2.pth'
+    assert resolve_path(keys['network_g.backbone_path']) == str(Path(SHIPPED_WEIGHTS_DIR) / 'rcan_compact_x2.pth')
+    assert resolve_path('./mcnet_basicsr/weights/rcan_compact_x2.pth') == resolve_path(keys['network_g.backbone_path'])
+    # only the data is missing here: its four folders, each relative to this folder
+    assert sorted(key for key, _, _ in missing_option_inputs(opt)) == [
+        'datasets.test_1.dataroot_gt', 'datasets.test_1.dataroot_lq', 'datasets.test_2.dataroot_gt',
+        'datasets.test_2.dataroot_lq']
+    # the one checkpoint loader reads the package's file through the same path
+    state = load_state_dict(keys['path.pretrain_network_g'])
+    assert state.keys() == load_state_dict(Path(SHIPPED_WEIGHTS_DIR) / 'mcnet_rcan_compact_x2.pth').keys()
+
+    local = tmp_path / 'mcnet_basicsr' / 'weights' / 'rcan_compact_x2.pth'
+    local.parent.mkdir(parents=True)
+    local.write_bytes(b'')
+    assert resolve_path('mcnet_basicsr/weights/rcan_compact_x2.pth') == 'mcnet_basicsr/weights/rcan_compact_x2.pth'
+    for path in ('mcnet_basicsr/weights/no_such_layer.pth', 'datasets/Set5/HR_mod2', 'weights/rcan_compact_x2.pth'):
+        assert resolve_path(path) == path
+    assert how_to_make('mcnet_basicsr/weights/no_such_layer.pth').startswith(
+        f'the installed package has no such file in {SHIPPED_WEIGHTS_DIR}')
+
+
+def test_force_yml_values_are_read_as_basicsr_reads_them():
+    """The check applies --force_yml as BasicSR does: a float in exponent form (``!!float1e-4``, which YAML itself
+    refuses), a list, ~; a path set to ~ is not an input any more."""
+    from mcnet_basicsr.zoo.assets import _apply_force_yml
+    opt = {'train': {'optim_g': {'lr': 1e-3}, 'scheduler': {'milestones': [2000]}}, 'path': {'pretrain_network_g': 'x'}}
+    _apply_force_yml(opt, ['train:optim_g:lr=!!float1e-4', 'train:scheduler:milestones=[20, 40]',
+                           'path:pretrain_network_g=~'])
+    assert opt['train'] == {'optim_g': {'lr': 1e-4}, 'scheduler': {'milestones': [20, 40]}}
+    assert opt['path']['pretrain_network_g'] is None and option_inputs(opt) == []

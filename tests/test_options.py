@@ -145,3 +145,30 @@ def test_training_options_start_from_a_shipped_dncnn6(name):
     net_opt['denoiser_path'] = str(shipped)
     net = ARCH_REGISTRY.get(net_opt.pop('type'))(**net_opt)  # load_dncnn is strict
     assert isinstance(net, torch.nn.Module)
+
+
+def test_validation_shows_progress():
+    """Every option file turns on BasicSR's validation progress bar (``val.pbar``): on a CPU a test set takes
+    minutes, which would otherwise pass without a line of output."""
+    quiet = [path.name for path in OPTIONS if (_load(path).get('val') or {}).get('pbar') is not True]
+    assert not quiet, quiet
+
+
+def test_readme_short_run_recipe_sets_keys_of_its_option_file():
+    """The README's short training run: every ``--force_yml`` item names a key of the option file (BasicSR cannot
+    create a block), its values read as BasicSR reads them, and it validates only once, after the last iteration."""
+    from basicsr.utils.options import _postprocess_yml_value
+    readme = (OPTIONS[0].parents[1] / 'README.md').read_text()
+    start = '    python mcnet_basicsr/train.py -opt options/train_mcnet_srcnn_x2.yml --force_yml '
+    items = readme.split(start, 1)[1].split('\n\n', 1)[0].replace('\\\n', ' ').split()
+    opt = _load(OPTIONS[0].parent / 'train_mcnet_srcnn_x2.yml')
+    for item in items:
+        keys, value = item.split('=')
+        *parents, last = keys.split(':')
+        node = opt
+        for key in parents:
+            node = node[key]
+        assert last in node, item
+        node[last] = _postprocess_yml_value(value)
+    assert opt['train']['total_iter'] == 20 and opt['logger']['print_freq'] == 1
+    assert opt['val']['val_freq'] > opt['train']['total_iter']

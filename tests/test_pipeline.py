@@ -20,7 +20,9 @@ PHOTOS = {'astronaut': (96, 120), 'coffee': (96, 96), 'chelsea': (120, 96), 'roc
 
 
 def run(args, cwd=None, env=None, check=True, python=sys.executable):
-    proc = subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    """``python args`` in a subprocess that imports this checkout's package (default ``env``: :func:`repo_env`)."""
+    proc = subprocess.run([str(python), *args], cwd=cwd, env=repo_env() if env is None else env, capture_output=True,
+                          text=True, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f'{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}')
     return proc
@@ -53,6 +55,21 @@ def workspace(tmp_path_factory):
     srcnn = build_network({'type': 'SRCNN', 'padding_mode': 'replicate'})
     torch.save({'params': srcnn.state_dict()}, root / 'srcnn_x2.pth')
     return root
+
+
+def stand_in_data(folder, eval_sets=(), train_sets=(), scale=2):
+    """``folder``/datasets/<Name>/... as scripts/prepare_datasets.py makes them, from two or four scikit-image photos
+    per set: stand-ins at the paths the option files name (datasets/Set5/HR_mod2, datasets/T91/T91_HR_sub_x2.lmdb)."""
+    names = list(PHOTOS)
+    for i, name in enumerate((*eval_sets, *train_sets)):
+        hr_dir = Path(folder) / 'src' / name / 'HR'
+        hr_dir.mkdir(parents=True)
+        for photo in (names if name in train_sets else names[i % 2::2]):
+            cv2.imwrite(str(hr_dir / f'{photo}.png'), cv2.cvtColor(sample_photo(photo, PHOTOS[photo]),
+                                                                   cv2.COLOR_RGB2BGR))
+    run(['scripts/prepare_datasets.py', '--src', str(Path(folder) / 'src'), '--root', str(Path(folder) / 'datasets'),
+         '--scales', str(scale), '--eval-sets', *eval_sets, '--train-sets', *train_sets, '--patch-size', '48',
+         '--step', '48'], cwd=REPO_ROOT)
 
 
 def tiny_train_option(ws, total_iter, name='e2e_mcnet_srcnn_x2'):
@@ -169,6 +186,33 @@ def test_test_pipeline_on_set5(workspace, tmp_path):
     assert 25.0 < psnr < 40.0, log[-2000:]
 
 
+def test_shipped_option_file_runs_from_another_folder(tmp_path):
+    """options/test_mcnet_rcan_compact_x2.yml as it ships, run by mcnet_basicsr/test.py from a folder that is not the
+    repository: its data is read there (stand-ins at datasets/Set5, datasets/Set14), its shipped weights (backbone and
+    layer, mcnet_basicsr/weights/...) from the installed package."""
+    stand_in_data(tmp_path, eval_sets=('Set5', 'Set14'))
+    name = f'e2e_from_another_folder_{os.getpid()}'
+    option = REPO_ROOT / 'options' / 'test_mcnet_rcan_compact_x2.yml'
+    run([str(REPO_ROOT / 'mcnet_basicsr' / 'test.py'), '-opt', str(option), '--force_yml', f'name={name}',
+         'num_gpu=0', 'network_g:solver:forward:max_iter=20'], cwd=tmp_path)
+    log = newest_log(tmp_path / 'results' / name, 'test')  # results/ in the current folder too
+    assert log.count('# psnr:') == 2 and 'Validation Set14: fidelity_float' in log, log[-3000:]
+    assert f'from {REPO_ROOT / "mcnet_basicsr" / "weights" / "mcnet_rcan_compact_x2.pth"}' in log
+    assert not (REPO_ROOT / 'results' / name).exists()
+
+
+def test_dash_m_test_keeps_results_in_the_current_folder(tmp_path):
+    """``python -m mcnet_basicsr.test``, the documented stand-in for a pip-installed basicsr's ``basicsr/test.py``
+    (which writes results/ into site-packages): BasicSR's test pipeline with its root at the current folder, here
+    not the repository, beside the package is imported from."""
+    stand_in_data(tmp_path, eval_sets=('Set5', 'Set14'))
+    name = f'e2e_cwd_root_{os.getpid()}'
+    run(['-m', 'mcnet_basicsr.test', '-opt', str(REPO_ROOT / 'options' / 'test_rcan_compact_x2.yml'), '--force_yml',
+         f'name={name}', 'num_gpu=0'], cwd=tmp_path, env=repo_env())
+    assert newest_log(tmp_path / 'results' / name, 'test').count('# psnr:') == 2
+    assert not (REPO_ROOT / 'results' / name).exists()
+
+
 def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
     """A BasicSR checkout's basicsr/train.py and test.py run our option files once the hook is installed, in a
     real virtual environment (where user site-packages are off, so the hook goes into the venv itself)."""
@@ -192,6 +236,30 @@ def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
     proc = run(['-c', 'import sys; print(sorted(m for m in ("torch", "basicsr", "mcnet_basicsr") if m in sys.modules))'],
                env=env, python=python)
     assert proc.stdout.strip() == '[]'
+
+    # the README's example: the repository's own option file, from the checkout (its folder is not the repository).
+    # Without the data: one line per missing input, relative to the checkout (the shipped DnCNN6 is found)
+    readme_example = [str(checkout / 'basicsr' / 'train.py'), '-opt', str(REPO_ROOT / 'options' /
+                                                                          'train_mcnet_srcnn_x2.yml')]
+    proc = run(readme_example, cwd=checkout, env=env, check=False, python=python)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith('error: ')]
+    assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+    assert sorted(line.split(' (')[1].split(',')[0] for line in lines) == [
+        'datasets.train.dataroot_gt', 'datasets.train.dataroot_lq', 'datasets.val.dataroot_gt',
+        'datasets.val.dataroot_lq', 'network_g.backbone_path'], lines
+    assert all(f'relative to the current folder {checkout}) is missing; ' in line for line in lines), lines
+    # with (stand-ins for) them there, it trains: a short run on the CPU, set with --force_yml
+    stand_in_data(checkout, eval_sets=('Set5',), train_sets=('T91',))
+    (checkout / 'experiments' / 'pretrained_models').mkdir(parents=True)
+    shutil.copy(ws / 'srcnn_x2.pth', checkout / 'experiments' / 'pretrained_models' / 'srcnn_955_imagenet_x2.pth')
+    short_run = ['--force_yml', 'train:total_iter=2', 'datasets:train:batch_size_per_gpu=2',
+                 'datasets:train:gt_size=48', 'datasets:train:num_worker_per_gpu=0',
+                 'datasets:train:dataset_enlarge_ratio=1', 'val:val_freq=2', 'logger:print_freq=1',
+                 'logger:save_checkpoint_freq=2', 'logger:use_tb_logger=false',
+                 'network_g:solver:forward:max_iter=8', 'network_g:solver:backward:max_iter=6']
+    run(readme_example + short_run, cwd=checkout, env=env, python=python)
+    exp = checkout / 'experiments' / 'train_MCNet_SRCNN_x2'
+    assert (exp / 'models' / 'net_g_2.pth').is_file() and '# psnr:' in newest_log(exp, 'train')
 
     run([str(checkout / 'basicsr' / 'train.py'), '-opt', opt_path], cwd=checkout, env=env, python=python)
     models = checkout / 'experiments' / 'e2e_basicsr_script' / 'models'

@@ -7,7 +7,7 @@ from torch import nn
 from mcnet_basicsr.deq import BackwardStatsHolder, IterateKeeper, SolverConfig, implicit_fixed_point, solve
 from mcnet_basicsr.ops import (OPERATOR_REGISTRY, build_operator, eps_from_rms, fold_channels, imresize, noisy_radius,
                                repeat_samples, unfold_channels)
-from mcnet_basicsr.utils.checkpoint import load_network
+from mcnet_basicsr.utils.checkpoint import encode_record, load_network, saved_record, split_record
 from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
 from mcnet_basicsr.utils.precision import tf32
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY, build_network
@@ -352,14 +352,11 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                     type(self.operator).__name__)
 
     def get_extra_state(self):
-        # a fixed-length uint8 tensor, not a string: BasicSR moves every state-dict entry with .cpu() when saving
-        record = f'{self.trained_for()} {self.operator_name()}'
-        return torch.tensor(list(record.encode().ljust(_RECORD_BYTES)[:_RECORD_BYTES]), dtype=torch.uint8)
+        # read back by utils.checkpoint.saved_record and split_record
+        return encode_record(f'{self.trained_for()} {self.operator_name()}', _RECORD_BYTES)
 
     def set_extra_state(self, state):
-        backbone, _, scale_operator = bytes(state.tolist()).decode(errors='replace').strip().partition(' x')
-        scale, _, operator = scale_operator.partition(' ')
-        trained = f'{backbone} x{scale}'
+        trained, operator = split_record(saved_record({'_extra_state': state}))
         if trained != self.trained_for():
             raise ValueError(f'This MCNet layer was trained on {trained}; it is being loaded on {self.trained_for()}. '
                              'A layer learns the errors of one backbone at one scale: use the layer trained for '

@@ -5,7 +5,7 @@ Usage::
     mcnet-sr INPUT... -o OUTDIR --scale {2,3,4} [--backbone {srcnn,rcan_compact,rdn_compact,imdn,pan}]
              [--backbone-weights PATH] [--weights PATH]
              [--eps-rms X] [--iters N] [--tol T] [--extrapolation T] [--device auto|cpu|cuda] [--no-cuda-graph]
-             [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force]
+             [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force | --skip-existing]
     python -m mcnet_basicsr.cli.inference ...
 
 The options and their checks live in :mod:`mcnet_sr_cli` (standard library only), so ``--help`` and a bad
@@ -21,14 +21,17 @@ a ``summary.csv`` with other columns is left alone and the rows go to the next f
 
 Console: a solver progress bar per image on the CPU (stderr; its length and the time left extrapolate
 the rate at which the residual falls to --tol), then one line per image with the
-solver's iterations and residual, ``||Ax-b||`` of the float result and of the saved file (its rounding
-to 8/16 bit makes the second larger), and with ``--compare --gt`` the Y-PSNRs of bicubic, the backbone
-and MCNet.
+solver's iterations and residual, ``||Ax-b||`` of the float result and of the saved file, and with ``--compare
+--gt`` the Y-PSNRs of bicubic, the backbone and MCNet.
 
 Consistency: the float result ``x`` satisfies ``||A x - b||_2 <= eps`` (Y in [0, 1], ``A`` = MATLAB
 bicubic downscaling, ``b`` = Y of the LR image; eps = 0 unless ``--eps-rms``); the tool reports that
-number (``fidelity``) for the float result and for the written, quantised image (``fidelity_saved``,
-which also includes clipping to [0, 1] and rounding to 8/16 bit).
+number (``fidelity``) for the float result and for the written file (``fidelity_saved``): the Y of its
+RGB, which is the float result clipped to [0, 1] and rounded to 8/16 bit. To reproduce the LR image
+exactly the float result leaves [0, 1] near saturated edges; where it does, the clipping alone
+(``fidelity_clipped``) is most of it and a 16-bit file is nearly as far from ``b`` as an 8-bit one. The console
+also gives the saved file's figure as an rms per LR pixel in 8-bit levels,
+``||A x - b|| / sqrt(#LR pixels) * 255``, and the clipping's alone.
 
 Tiling (``--tile N``, N in LR pixels): the convolutional parts -- the backbone and the layer's
 denoiser, which hold all the many-channel feature maps -- run on N x N LR tiles (N*s x N*s in HR,
@@ -39,9 +42,10 @@ channels; the final ``P_S`` makes the whole output consistent). Solving the laye
 instead does not reproduce the untiled result: its fixed point depends on pixels far outside any
 practical overlap (measured max differences 4e-3..1.5e-2 with 24 LR pixels of overlap).
 
-Exit status: 0 when every image succeeded, 1 when some failed (the others are still written), 2
-for a usage/set-up error (bad option, weights, device) before any image is processed. Nothing is
-overwritten without ``--force``, and every file is written under a temporary name in OUTDIR first.
+Exit status: 0 when every image succeeded (or, with ``--skip-existing``, had all its outputs already), 1 when
+some failed (the others are still written), 2 for a usage/set-up error (bad option, weights, device) before any
+image is processed. Nothing is overwritten without ``--force``, and every file is written under a temporary name in
+OUTDIR first.
 """
 import glob
 import os
@@ -61,7 +65,8 @@ from mcnet_sr_cli import UsageError, print_error
 
 from ..deq import release_cuda_graph_memory
 from ..ops import imresize
-from ..utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
+from ..utils.checkpoint import (CheckpointError, read_checkpoint, saved_record, select_state_dict, split_record,
+                                state_dict_mismatch)
 from ..utils.color import luma, ycbcr_to_rgb
 from ..utils.figure import compose_figure, to_u8_bgr
 from ..utils.files import append_csv
@@ -75,8 +80,8 @@ MIN_LR_SIDE = 4  # smallest LR width/height accepted
 BACKBONE_NAMES = {'srcnn': 'SRCNN', 'rcan_compact': 'compact RCAN', 'rdn_compact': 'compact RDN', 'imdn': 'IMDN',
                   'pan': 'PAN'}
 SUMMARY_FIELDS = ('run', 'input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
-                  'bit_depth', 'scale', 'tiles', 'iterations', 'solver_residual', 'eps', 'fidelity', 'fidelity_saved',
-                  'psnr_bicubic', 'psnr_backbone', 'psnr_mcnet', 'seconds')
+                  'bit_depth', 'scale', 'tiles', 'iterations', 'solver_residual', 'eps', 'fidelity', 'fidelity_clipped',
+                  'fidelity_saved', 'psnr_bicubic', 'psnr_backbone', 'psnr_mcnet', 'seconds')
 
 
 # ---------------------------------------------------------------------------------------- inputs
@@ -141,21 +146,35 @@ def _one_line(text, limit=300):
 
 
 def load_layer_weights(model, path, scale):
-    """Load an MCNet layer checkpoint strictly, with a one-line error for anything that does not fit."""
+    """Load an MCNet layer checkpoint strictly, with a one-line error for anything that does not fit.
+
+    A layer records the backbone and scale it was trained for (``MCNetArch.trained_for``, read by ``saved_record``):
+    that record, not the file's name, decides whether it fits the command's model. Only a layer saved without one is
+    checked by the checkpoint's ``scale`` entry or its file name.
+    """
     try:
         ckpt = read_checkpoint(path)
     except CheckpointError as err:
         raise UsageError(f'layer {err}') from None
-    _check_scale(path, 'the layer checkpoint', scale, ckpt)
     try:
         state = select_state_dict(ckpt, ('params', 'params_ema'), source=path)
     except CheckpointError:
         raise UsageError(f'{path}: not an MCNet layer checkpoint (expected a BasicSR {{"params": state_dict}} file)') \
             from None
+    trained, _ = split_record(saved_record(state))  # a layer may serve another operator (the CLI says which)
+    if trained is None:
+        _check_scale(path, 'the layer checkpoint', scale, ckpt)
+    elif trained != model.trained_for():
+        raise UsageError(f'{path}: this MCNet layer was trained for {trained} (the record saved in it), but '
+                         f'--backbone and --scale ask for {model.trained_for()}: give the layer trained for that '
+                         'backbone and scale')
     mismatch = state_dict_mismatch(model, state)
     if mismatch:
         raise UsageError(f'{path}: not an MCNet layer checkpoint for this model ({mismatch})')
-    model.load_state_dict(state, strict=True)
+    try:
+        model.load_state_dict(state, strict=True)
+    except (RuntimeError, ValueError) as err:  # anything else the model refuses: one line, exit status 2
+        raise UsageError(f'{path}: {_one_line(err, 200)}') from None
 
 
 def _file_key(path):
@@ -304,18 +323,25 @@ def make_figure(model, colour, result, gt_arr, scale):
 
 # ---------------------------------------------------------------------------------------- main loop
 def process_image(row, args, model, device, out_names, n_inputs):
-    """Process the input ``row['input']``, filling its summary ``row``; raises on failure."""
+    """Process the input ``row['input']``, filling its summary ``row``; raises on failure. With ``--skip-existing``
+    an input whose outputs all exist is left alone (``row['status']``: 'skipped')."""
     path = row['input']
     stem = osp.splitext(osp.basename(path))[0]
     out_path = osp.join(args.output, f'{stem}_x{args.scale}.png')
     cmp_path = osp.join(args.output, f'{stem}_compare.png') if args.compare else None
-    for p in filter(None, (out_path, cmp_path)):
+    outputs = [p for p in (out_path, cmp_path) if p]
+    for p in outputs:
         if p in out_names:
             raise ImageError(f'output {p} would also be written for {out_names[p]} in this run (same file stem)')
+    if args.skip_existing and all(osp.lexists(p) for p in outputs):
+        out_names.update(dict.fromkeys(outputs, path))
+        row.update(status='skipped', output=out_path, compare=cmp_path or '')
+        return
+    for p in outputs:
         if not args.force and osp.lexists(p):
-            raise ImageError(f'{p} already exists (use --force to overwrite)')
-    for p in filter(None, (out_path, cmp_path)):
-        out_names[p] = path
+            raise ImageError(f'{p} already exists (use --force to overwrite it, or --skip-existing to skip the inputs '
+                             'whose outputs all exist)')
+    out_names.update(dict.fromkeys(outputs, path))
 
     img = read_image(path)
     h, w = img.shape[:2]
@@ -335,13 +361,14 @@ def process_image(row, args, model, device, out_names, n_inputs):
     if not bool(torch.isfinite(sr).all()):
         raise ImageError('the result contains NaN/inf values (check the weights)')
     fid = fidelity(model, sr, result['b'])
+    fid_clipped = fidelity(model, sr.clamp(0, 1), result['b'])  # what the file's RGB keeps before rounding
     if alpha is not None:
         alpha = imresize(alpha.to(device), args.scale).clamp(0, 1)
     arr = to_array(sr, alpha, peak)
     saved_colour, _, _ = split_image(arr)
     stats = result['stats']
     row.update(tiles=result['tiles'], iterations=int(stats.iterations[0]), solver_residual=float(stats.residual[0]),
-               eps=float(result['eps']), fidelity=fid,
+               eps=float(result['eps']), fidelity=fid, fidelity_clipped=fid_clipped,
                fidelity_saved=fidelity(model, saved_colour.to(device), result['b']))
     if cmp_path:
         figure, psnr = make_figure(model, colour, result, gt_arr, args.scale)
@@ -388,7 +415,7 @@ def run(args, models=None):
     model = prepare_model(args, device, models)
     os.makedirs(args.output, exist_ok=True)
 
-    rows, failed, out_names = [], 0, {}
+    rows, failed, skipped, out_names = [], 0, 0, {}
     run_started = time.strftime('%Y-%m-%dT%H:%M:%S%z')
     n_images = sum(err is None for _, err in inputs)
     bar = tqdm(inputs, desc='mcnet-sr', unit='img', disable=None, file=sys.stderr)
@@ -409,18 +436,27 @@ def run(args, models=None):
                 release_cuda_graph_memory(device)
                 torch.cuda.empty_cache()
             continue
+        if row.get('status') == 'skipped':
+            skipped += 1
+            row['seconds'] = time.perf_counter() - start
+            tqdm.write(f'{path}: skipped, {row["output"]} exists')
+            continue
         row.update(status='ok', seconds=time.perf_counter() - start)
         tiles_txt = f', {row["tiles"]} tiles' if row['tiles'] > 1 else ''
         psnr_txt = ''
         if row.get('psnr_mcnet') is not None:
             psnr_txt = (f', Y-PSNR bicubic {row["psnr_bicubic"]:.2f} / {BACKBONE_NAMES[args.backbone]} '
                         f'{row["psnr_backbone"]:.2f} / MCNet {row["psnr_mcnet"]:.2f} dB')
+        levels = 255 / (row['in_h'] * row['in_w'])**0.5  # ||Ax-b|| -> rms per LR pixel in 8-bit levels
         tqdm.write(f'{path}: {row["in_w"]}x{row["in_h"]} -> {row["out_w"]}x{row["out_h"]}, '
                    f'{row["iterations"]} iters, residual {row["solver_residual"]:.2e}, '
-                   f'||Ax-b|| {row["fidelity"]:.2e} float, {row["fidelity_saved"]:.2e} saved {row["bit_depth"]}-bit'
-                   f'{psnr_txt}{tiles_txt}, {row["seconds"]:.2f} s')
+                   f'||Ax-b|| {row["fidelity"]:.2e} float, {row["fidelity_saved"]:.2e} saved {row["bit_depth"]}-bit '
+                   f'(rms {row["fidelity_saved"] * levels:.3f}/255 per LR pixel; clipping to [0, 1] alone: '
+                   f'{row["fidelity_clipped"] * levels:.3f}/255){psnr_txt}{tiles_txt}, {row["seconds"]:.2f} s')
     summary = append_csv(args.output, 'summary', SUMMARY_FIELDS, rows)
-    print(f'{len(rows) - failed} of {len(rows)} image(s) done, {failed} failed; summary: {summary}', flush=True)
+    skipped_txt = f', {skipped} skipped (done before: outputs exist)' if args.skip_existing else ''
+    print(f'{len(rows) - failed - skipped} of {len(rows)} image(s) done{skipped_txt}, {failed} failed; summary: '
+          f'{summary}', flush=True)
     return 1 if failed else 0
 
 

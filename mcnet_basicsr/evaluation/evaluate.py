@@ -37,6 +37,7 @@ from mcnet_basicsr.archs.backbone_presets_arch import backbone_type
 from mcnet_basicsr.models.protocol_sr_model import ProtocolSRModel
 from mcnet_basicsr.utils.checkpoint import load_network
 from mcnet_basicsr.utils.images import IMG_EXT
+from mcnet_basicsr.utils.paths import resolve_path
 from mcnet_basicsr.zoo.assets import option_inputs
 
 METHODS = {'MCNetArch': 'mcnet', 'Bicubic': 'bicubic', 'PnPADMM': 'pnp', 'TVTV': 'tvtv'}
@@ -233,7 +234,7 @@ def restrict_datasets(opt, names, data_root=None):
 
 def missing_inputs(opt):
     """Paths an option file needs that are not there (data, weights; :func:`mcnet_basicsr.zoo.assets.option_inputs`)."""
-    return [path for _, path in option_inputs(opt) if not osp.exists(path)]
+    return [path for _, path in option_inputs(opt) if not osp.exists(resolve_path(path))]
 
 
 def load_selection_option(option_path, overrides, data_root):

@@ -9,6 +9,7 @@ from basicsr.utils.registry import MODEL_REGISTRY
 
 from mcnet_basicsr.archs.dncnn_arch import DnCNN
 from mcnet_basicsr.models.mcnet_model import build_optimizer
+from mcnet_basicsr.utils.paths import resolve_path
 
 
 def _check_sigma(name, value):
@@ -72,6 +73,10 @@ class DenoiserModel(SRModel):
 
     def get_optimizer(self, optim_type, params, lr, **kwargs):
         return build_optimizer(optim_type, params, lr, **kwargs)
+
+    def load_network(self, net, load_path, strict=True, param_key='params'):
+        # path.pretrain_network_g: mcnet_basicsr/weights/<file> is the installed package's file from any folder
+        super().load_network(net, resolve_path(load_path), strict, param_key)
 
     # ------------------------------------------------------------------ noise
     def validation(self, dataloader, current_iter, tb_logger, save_img=False):

@@ -7,6 +7,7 @@ from basicsr.utils.registry import MODEL_REGISTRY
 
 from mcnet_basicsr.metrics import image_metrics
 from mcnet_basicsr.ops import StackedOperator, build_degradation, build_operator
+from mcnet_basicsr.utils.paths import resolve_path
 from mcnet_basicsr.utils.precision import tf32
 
 
@@ -61,6 +62,10 @@ class ProtocolSRModel(SRModel):
         if measurement and hasattr(net, 'measurement_operator'):
             return net(lq, **measurement)
         return net(lq)
+
+    def load_network(self, net, load_path, strict=True, param_key='params'):
+        # path.pretrain_network_g: mcnet_basicsr/weights/<file> is the installed package's file from any folder
+        super().load_network(net, resolve_path(load_path), strict, param_key)
 
     def measurement_operator(self, net):
         if getattr(self, 'measurement', {}).get('operator') is not None:

@@ -10,11 +10,16 @@ accepted layouts and the error a user sees are the same everywhere:
 Files are read with ``torch.load(weights_only=True)``: unpickling arbitrary objects runs code, so only
 tensors and plain containers are accepted. Third-party releases that need the full unpickler are read
 only where a caller passes ``allow_pickle=True`` (the weight converters, on files the user names).
+
+Paths go through :func:`mcnet_basicsr.utils.paths.resolve_path`: an option file's ``mcnet_basicsr/weights/<file>``
+is the installed package's file wherever the command runs.
 """
 import os.path as osp
 from collections.abc import Mapping
 
 import torch
+
+from .paths import resolve_path
 
 
 class CheckpointError(ValueError):
@@ -29,16 +34,17 @@ def _one_line(text, limit=160):
 def read_checkpoint(path, allow_pickle=False):
     """The object stored in ``path`` (on the CPU); ``allow_pickle`` permits the full unpickler for legacy files."""
     path = str(path)
-    if not osp.isfile(path):
+    resolved = resolve_path(path)
+    if not osp.isfile(resolved):
         raise CheckpointError(f'checkpoint {path}: no such file.')
     try:
-        return torch.load(path, map_location='cpu', weights_only=True)
+        return torch.load(resolved, map_location='cpu', weights_only=True)
     except Exception as err:  # noqa: BLE001  (pickle, zip and I/O errors: re-raised with the file name)
         if not allow_pickle:
             raise CheckpointError(f'checkpoint {path}: not a readable PyTorch checkpoint of tensors '
                                   f'({_one_line(err)}).') from None
     try:  # only reached for a caller that explicitly trusts this file
-        return torch.load(path, map_location='cpu', weights_only=False)
+        return torch.load(resolved, map_location='cpu', weights_only=False)
     except Exception as err:  # noqa: BLE001
         raise CheckpointError(f'checkpoint {path}: not a readable PyTorch checkpoint ({_one_line(err)}).') from None
 
@@ -98,6 +104,29 @@ def state_dict_mismatch(net, state):
              for name, keys in (('missing keys', missing), ('unexpected keys', unexpected),
                                 ('shape mismatch (file vs model)', shapes)) if keys]
     return '; '.join(parts)
+
+
+def encode_record(text, nbytes):
+    """``text`` as a fixed-length uint8 tensor for a module's ``get_extra_state`` (not a string: BasicSR moves every
+    state-dict entry with ``.cpu()`` when it saves)."""
+    return torch.tensor(list(text.encode().ljust(nbytes)[:nbytes]), dtype=torch.uint8)
+
+
+def saved_record(state_dict, key='_extra_state'):
+    """The text :func:`encode_record` saved under ``key`` of ``state_dict`` (an MCNet layer's backbone, scale and
+    operator, :func:`split_record`), or None where the state dict has none."""
+    record = state_dict.get(key)
+    return bytes(record.tolist()).decode(errors='replace').strip() if torch.is_tensor(record) else None
+
+
+def split_record(record):
+    """``(trained_for, operator)`` of an MCNet layer's record ``'<backbone> x<scale> [<operator>]'`` (``'IMDN x4
+    bicubic'``); operator None where the record does not name one (layers saved before it did), both None for None."""
+    if record is None:
+        return None, None
+    backbone, _, rest = record.partition(' x')
+    scale, _, operator = rest.partition(' ')
+    return f'{backbone} x{scale}', operator or None
 
 
 def load_network(net, path, param_key='params', strict=True):

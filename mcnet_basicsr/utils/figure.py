@@ -25,18 +25,23 @@ def _crop_box(y_u8, size):
     return int(y0), int(x0)
 
 
-def _title_bar(text, width, height=26):
-    bar = np.full((height, width, 3), 255, np.uint8)
+def _title_bar(text, width, lines=1, height=26):
+    """A white bar of ``lines`` text rows (``height`` pixels each) with ``text``'s lines centred, one font size."""
+    rows = text.split('\n')
+    bar = np.full((height * max(lines, len(rows)), width, 3), 255, np.uint8)
     font, scale = cv2.FONT_HERSHEY_SIMPLEX, 0.5
-    while scale > 0.25 and cv2.getTextSize(text, font, scale, 1)[0][0] > width - 6:
+    while scale > 0.25 and max(cv2.getTextSize(row, font, scale, 1)[0][0] for row in rows) > width - 6:
         scale -= 0.05
-    (tw, th), _ = cv2.getTextSize(text, font, scale, 1)
-    cv2.putText(bar, text, (max(3, (width - tw) // 2), (height + th) // 2), font, scale, (0, 0, 0), 1, cv2.LINE_AA)
+    for i, row in enumerate(rows):
+        (tw, th), _ = cv2.getTextSize(row, font, scale, 1)
+        cv2.putText(bar, row, (max(3, (width - tw) // 2), i * height + (height + th) // 2), font, scale, (0, 0, 0), 1,
+                    cv2.LINE_AA)
     return bar
 
 
 def compose_figure(panels, scale):
-    """panels: [(title, uint8 HxWx3 BGR)], all HxW. Top row: full images; bottom row: zoomed crop."""
+    """panels: [(title, uint8 HxWx3 BGR)], all HxW; a title may have several lines ('\n'). Top row: full images;
+    bottom row: the most detailed crop of the third panel (the MCNet output), zoomed, in every panel."""
     h, w = panels[0][1].shape[:2]
     disp_w = min(max(w, 256), 512)
     disp_h = max(1, round(h * disp_w / w))
@@ -46,6 +51,7 @@ def compose_figure(panels, scale):
     cy, cx = _crop_box(ref, crop)
     zoom_h = max(1, round(crop[0] * disp_w / crop[1]))
     red = (0, 0, 255)
+    lines = max(title.count('\n') + 1 for title, _ in panels)
     columns = []
     for title, img in panels:
         full = cv2.resize(img, (disp_w, disp_h), interpolation=interp)
@@ -54,7 +60,7 @@ def compose_figure(panels, scale):
                       (int((cx + crop[1]) * fx) - 1, int((cy + crop[0]) * fy) - 1), red, 1)
         zoom = cv2.resize(img[cy:cy + crop[0], cx:cx + crop[1]], (disp_w, zoom_h), interpolation=cv2.INTER_NEAREST)
         sep = np.full((4, disp_w, 3), 255, np.uint8)
-        columns.append(np.concatenate([_title_bar(title, disp_w), full, sep, zoom], axis=0))
+        columns.append(np.concatenate([_title_bar(title, disp_w, lines), full, sep, zoom], axis=0))
     gap = np.full((columns[0].shape[0], 4, 3), 255, np.uint8)
     row = [columns[0]]
     for col in columns[1:]:

@@ -1,21 +1,19 @@
 """Helpers for wrapping BasicSR's train/test pipelines."""
+import functools
 import os
 import os.path as osp
 import warnings
 
 import torch
 
-_REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir, osp.pardir))
-
 
 def default_root_path():
-    """Where experiments/, results/ and tb_logger/ go.
+    """Where experiments/, results/ and tb_logger/ go: the current folder, where the option files' data paths
+    (``datasets/...``) are read from too.
 
-    The repository root for a source checkout (as BasicSR's own scripts do for theirs), else the
-    current directory, so an installed package never writes into site-packages.
+    BasicSR's own scripts take the folder above their ``basicsr/``: a checkout's root, from which they are run, but
+    site-packages for a pip-installed basicsr. Ours never write into the package's folder, wherever it is installed.
     """
-    if osp.isfile(osp.join(_REPO_ROOT, 'setup.py')) and osp.isdir(osp.join(_REPO_ROOT, 'options')):
-        return _REPO_ROOT
     return os.getcwd()
 
 
@@ -117,6 +115,32 @@ def patch_basicsr_for_cpu(train_module=None):
     options.init_dist = init_dist  # BasicSR's calls torch.cuda.set_device and asks for nccl, both fail on a CPU
     if train_module is not None:  # BasicSR's maps the state onto the current CUDA device and reads it from the cwd
         train_module.load_resume_state = load_resume_state
+
+
+def check_inputs_when_parsing():
+    """Make BasicSR's ``parse_options`` stop with one line per missing input of the option file it has just read.
+
+    The start-up hook (:mod:`mcnet_basicsr_hook`) calls this once basicsr is imported, so that BasicSR's own
+    ``basicsr/train.py`` / ``test.py``, run with our option files, report missing data and weights as our entry points
+    do (:func:`mcnet_basicsr.zoo.assets.exit_if_inputs_missing`: the path, its key, what it is relative to, the command
+    that makes it; exit status 2) instead of a traceback from inside a data loader. The check sees the options as
+    BasicSR parsed them (``--force_yml`` applied). Scripts bind ``parse_options`` when they import it: BasicSR's
+    scripts import it after the hook has run.
+    """
+    from basicsr.utils import options
+    if getattr(options.parse_options, 'checks_inputs', False):
+        return
+    parse = options.parse_options
+
+    @functools.wraps(parse)
+    def parse_options(root_path, is_train=True):
+        from mcnet_basicsr.zoo.assets import exit_if_inputs_missing
+        opt, args = parse(root_path, is_train)
+        exit_if_inputs_missing(opt, args.opt)
+        return opt, args
+
+    parse_options.checks_inputs = True
+    options.parse_options = parse_options
 
 
 def destroy_dist():

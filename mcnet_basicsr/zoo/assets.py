@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Tuple
 
+from ..utils.paths import SHIPPED_WEIGHTS_DIR, relative_to, resolve_path, shipped_file
+
 MANIFEST = Path(__file__).with_name('assets.yml')
 RAW_BASE = 'https://raw.githubusercontent.com'
 KINDS = ('dataset', 'weights')
@@ -381,6 +383,9 @@ def how_to_make(path, manifest=None):
     stem = Path(path).stem
     if Path('options', f'train_{stem}.yml').is_file():
         return f'python mcnet_basicsr/train.py -opt options/train_{stem}.yml trains it'
+    if shipped_file(path) is not None:
+        return f'the installed package has no such file in {SHIPPED_WEIGHTS_DIR}; reinstall mcnet_basicsr or fix ' \
+               'the path'
     if parts[0] == 'experiments' and 'pretrained_models' in parts:
         return 'convert your copy of the official weights with python scripts/convert_weights.py (see the option ' \
                "file's header)"
@@ -388,8 +393,10 @@ def how_to_make(path, manifest=None):
 
 
 def missing_option_inputs(opt):
-    """[(key, path, how to make it)] for the inputs of ``opt`` (see :func:`option_inputs`) that do not exist."""
-    missing = [(key, path) for key, path in option_inputs(opt) if not osp.exists(path)]
+    """[(key, path, how to make it)] for the inputs of ``opt`` (see :func:`option_inputs`) that do not exist where
+    the package reads them (:func:`mcnet_basicsr.utils.paths.resolve_path`: relative to the current folder, shipped
+    weights from the installed package)."""
+    missing = [(key, path) for key, path in option_inputs(opt) if not osp.exists(resolve_path(path))]
     if not missing:
         return []
     manifest = load_manifest()
@@ -397,8 +404,9 @@ def missing_option_inputs(opt):
 
 
 def _apply_force_yml(opt, items):
-    """BasicSR's ``--force_yml key:sub=value`` overrides, so the check sees the paths BasicSR will use."""
-    import yaml
+    """BasicSR's ``--force_yml key:sub=value`` overrides, so the check sees the paths BasicSR will use (values read
+    by BasicSR's own rules: ``!!float1e-4``, ``~``, ``[1, 2]``...)."""
+    from basicsr.utils.options import _postprocess_yml_value
     for item in items or ():
         keys, _, value = item.partition('=')
         *parents, last = keys.strip().split(':')
@@ -406,7 +414,7 @@ def _apply_force_yml(opt, items):
         for key in parents:
             node = node.get(key) if isinstance(node, dict) else None
         if isinstance(node, dict):
-            node[last] = yaml.safe_load(value.strip())
+            node[last] = _postprocess_yml_value(value.strip())
 
 
 def check_option_file_inputs(argv):
@@ -433,9 +441,11 @@ def check_option_file_inputs(argv):
 
 
 def exit_if_inputs_missing(opt, label):
-    """Print ``error: <label>: <path> (<key>) is missing; <command>`` per missing input and exit(2), if any."""
+    """Print ``error: <label>: <path> (<key>[, relative to the current folder <cwd>]) is missing; <command>`` per
+    missing input and exit(2), if any."""
     missing = missing_option_inputs(opt)
     for key, path, how in missing:
-        print(f'error: {label}: {path} ({key}) is missing; {how}', file=sys.stderr)
+        where = ', '.join(filter(None, (key, relative_to(path))))
+        print(f'error: {label}: {path} ({where}) is missing; {how}', file=sys.stderr)
     if missing:
         sys.exit(2)

@@ -18,9 +18,9 @@ from ..archs.backbone_presets_arch import BACKBONE_PRESETS, backbone_options
 from ..archs.mcnet_arch import MCNetArch
 from ..ops import QUANTIZATION_EPS_RMS
 from ..utils.checkpoint import load_network
+from ..utils.paths import SHIPPED_WEIGHTS_DIR as WEIGHTS_DIR
 from ..utils.registration import build_network
 
-WEIGHTS_DIR = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'weights')  # mcnet_basicsr/weights
 SCALES = (2, 3, 4)
 # every backbone preset (mcnet_basicsr/archs/backbone_presets_arch.py) has layers here
 BACKBONES = tuple(BACKBONE_PRESETS)
