@@ -80,8 +80,8 @@ def build_parser():
                    + ', '.join(f'{t:g} for {b} x{s}' for (b, s), t in sorted(DEFAULT_TOL.items()))
                    + ': within 0.01 dB of the converged result on Set5/Set14)')
     p.add_argument('--extrapolation', type=float, default=None, metavar='T',
-                   help='take the output from z + T (beta + rho) / beta (F(z) - z) at the iterate z the solver stops at '
-                   '(one more application of the map; nearer the converged result for layers with a small beta; '
+                   help='take the output from z + T (beta + rho) / beta (F(z) - z) at the iterate z the solver stops '
+                   'at (one more application of the map; nearer the converged result for layers with a small beta; '
                    'default 0, but ' + ', '.join(f'{t:g} for {b} x{s}' for (b, s), t in
                                                  sorted(DEFAULT_EXTRAPOLATION.items())) + ')')
     p.add_argument('--device', default='auto', choices=('auto', 'cpu', 'cuda'), help='default: cuda if available')

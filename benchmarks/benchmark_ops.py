@@ -78,6 +78,7 @@ def bench(op_type, shape, scale, device, dtype, repeats, with_basicsr):
     x = torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
     b = op(torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype))
     eps = eps_from_rms(QUANTIZATION_EPS_RMS, b[0].numel())
+
     def first_project_ms(e):  # a new size's set-up on fresh operators, median of several: one call is noisy
         fresh = lambda: build_operator({'type': op_type, 'scale': scale}).project(x, b, e)  # noqa: E731
         return statistics.median(first_call_ms(fresh, device) for _ in range(max(1, min(repeats, 5))))

@@ -84,6 +84,8 @@ CONFIGS = {
 # every code path: bf16, TF32, channels_last, the CUDA-graph option (eager on the CPU)
 QUICK_CONFIGS = ['paper_200', 'tol1e-4', 'fast_bf16_tf32', 'graph_tol1e-4']
 BIG_CONFIGS = ('paper_200', 'tol1e-4', 'fast_bf16', 'fast_bf16_tf32', 'paper_200_graph', 'graph_tol1e-4')
+
+
 # ---------------------------------------------------------------------------------------------- utilities
 class Budget:
     """Wall-clock budget of the whole run: rows that would start after it are recorded as skipped."""
@@ -238,8 +240,7 @@ def evaluate_config(net, cfg, pairs, scale, device, quick, flops_px, peak_tflops
            'cuda_graph_used': graph_used, 'config_note': note,
            'base_mem_mb': base, 'iterations': float(np.mean(iters)), 'iterations_max': float(np.max(iters)),
            'nfe_mean': float(np.mean(nfes)), 'psnr': float(np.mean(psnrs)) if psnrs else None,
-           'fidelity_max': float(np.max(fids)), 'eps_max': float(np.max(eps)), 'bound_seconds_per_image': float(np.mean(bound))}
+           'fidelity_max': float(np.max(fids)), 'eps_max': float(np.max(eps)),
+           'bound_seconds_per_image': float(np.mean(bound))}
     row['bound_fraction'] = row['bound_seconds_per_image'] / row['seconds_per_image']
     return row
-
-

@@ -1,6 +1,7 @@
 """Multi-process training on CPU (gloo): DDP over the implicit layer gives the single-process
 gradient, with the Jacobian penalty too; ``torchrun ... mcnet_basicsr/train.py --launcher pytorch`` trains,
-checkpoints on rank 0 and validates; ``--auto_resume`` continues a killed distributed run; ``--launcher slurm`` under an emulated srun."""
+checkpoints on rank 0 and validates; ``--auto_resume`` continues a killed distributed run; ``--launcher slurm`` under
+an emulated srun."""
 import importlib.util
 import os
 import signal

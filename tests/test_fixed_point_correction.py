@@ -167,8 +167,8 @@ def test_option_errors(value, message):
 def test_option_values():
     assert fixed_point_correction_option(None) is None
     assert fixed_point_correction_option({'weight': '1e-1', 'iterations': 8}) == {'weight': 0.1, 'iterations': (8, )}
-    assert fixed_point_correction_option({'weight': 2, 'iterations': [16, 8, 8]}) == {'weight': 2.0,
-                                                                                    'iterations': (8, 16)}
+    option = fixed_point_correction_option({'weight': 2, 'iterations': [16, 8, 8]})
+    assert option == {'weight': 2.0, 'iterations': (8, 16)}
 
 
 def test_model_refuses_a_bad_option(srcnn_ckpt):

@@ -25,8 +25,6 @@ from mcnet_basicsr.zoo.pretrained import weight_path
 FAST = ['--tol', '1e-3']
 
 
-
-
 def photo(name, h, w):
     return sample_photo(name, (h, w))[:, :, ::-1].copy()  # BGR for cv2
 
@@ -304,8 +302,9 @@ def test_python_dash_m_runs(tmp_path):
     img = write(tmp_path / 'in' / 'a.png', photo('chelsea', 24, 28))
     out = tmp_path / 'out'
     env = repo_env(OMP_NUM_THREADS='1')
-    proc = subprocess.run([sys.executable, '-m', 'mcnet_basicsr.cli.inference', str(img), '-o', str(out), '--scale', '2',
-                           '--threads', '1', *FAST], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, '-m', 'mcnet_basicsr.cli.inference', str(img), '-o', str(out), '--scale',
+                           '2', '--threads', '1', *FAST], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert cv2.imread(str(out / 'a_x2.png')).shape == (48, 56, 3)
     assert 'a.png: 28x24 -> 56x48' in proc.stdout
@@ -357,8 +356,8 @@ def test_summary_keeps_earlier_runs(tmp_path, capsys):
     assert text.startswith(first), 'the first run\'s rows were rewritten'
     with open(out / 'summary.csv', newline='') as f:
         rows = list(csv.DictReader(f))
-    assert [(Path(r['input']).name, r['status']) for r in rows] == [('a.png', 'ok'), ('b.png', 'ok'),
-                                                                     ('a.png', 'error')]
+    seen = [(Path(r['input']).name, r['status']) for r in rows]
+    assert seen == [('a.png', 'ok'), ('b.png', 'ok'), ('a.png', 'error')]
     assert all(r['run'] for r in rows) and rows[1]['run'] == rows[2]['run']
 
     # someone else's summary.csv is left alone; the rows go to a new numbered file, which the tool names

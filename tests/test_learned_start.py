@@ -135,7 +135,7 @@ def test_bad_start_weights_and_options_are_refused(srcnn_ckpt, layer_ckpt, tmp_p
 
 
 def test_a_model_loads_a_layer_checkpoint_beside_start_path_without_missing_keys(srcnn_ckpt, layer_ckpt, tmp_path,
-                                                                                   caplog):
+                                                                                 caplog):
     """BasicSR's model loading (test.py, train.py) of a layer checkpoint without start.* entries: the start of
     start_path stays, and the log says so instead of listing its weights as missing."""
     torch.manual_seed(5)

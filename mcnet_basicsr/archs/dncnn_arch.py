@@ -219,7 +219,8 @@ class _SpectralNormConv2d(nn.Conv2d):
             sigma = self.sigma()  # gradient flows through the normalisation
         else:  # no graph needed (e.g. inside a fixed-point solve): the stored estimate, no extra conv
             if not self.is_estimated():
-                raise RuntimeError('spectral norm not estimated yet: call power_iteration() (DnCNN does it in forward).')
+                raise RuntimeError('spectral norm not estimated yet: call power_iteration() '
+                                   '(DnCNN does it in forward).')
             sigma = self.sn_sigma.to(self.weight.dtype)
         return self.weight * torch.clamp(self.bound / sigma, max=1.0)
 
@@ -240,8 +241,8 @@ class DnCNN(nn.Module):
     ``gamma / sqrt(running_var)`` is not bounded, so that network has no Lipschitz guarantee
     (``lipschitz_bounded`` is False; MCNetArch refuses it) -- it is the paper's PnP baseline
     denoiser, whose BN is what lets 17 bounded layers train at all (without it the signal dies
-    out through 16 ReLUs and the network stays the identity). Layer indices in ``self.dncnn`` follow the common DnCNN layout,
-    so state dicts of the MCNet authors' DnCNN6 and of Ryu et al.'s DnCNN17 map by name
+    out through 16 ReLUs and the network stays the identity). Layer indices in ``self.dncnn`` follow the common DnCNN
+    layout, so state dicts of the MCNet authors' DnCNN6 and of Ryu et al.'s DnCNN17 map by name
     (see :func:`convert_dncnn_state_dict`).
 
     Args:
@@ -379,7 +380,8 @@ def convert_dncnn_state_dict(state_dict):
             continue
         out[k] = v
     if not out:
-        raise KeyError(f'No DnCNN weights (keys containing "dncnn.") in this checkpoint; keys: {list(state_dict)[:8]}...')
+        raise KeyError(f'No DnCNN weights (keys containing "dncnn.") in this checkpoint; '
+                       f'keys: {list(state_dict)[:8]}...')
     return out
 
 

@@ -57,7 +57,8 @@ class DenoiserModel(SRModel):
         train_opt = self.opt['train']
         rng = train_opt.get('noise_range')
         if not (isinstance(rng, (list, tuple)) and len(rng) == 2):
-            raise ValueError(f'DenoiserModel needs train.noise_range: [lo, hi] (noise std, images in [0, 1]), got {rng!r}.')
+            raise ValueError(f'DenoiserModel needs train.noise_range: [lo, hi] (noise std, images in [0, 1]), '
+                             f'got {rng!r}.')
         lo, hi = (_check_sigma('train.noise_range', v) for v in rng)
         if lo > hi:
             raise ValueError(f'train.noise_range must be [lo, hi] with lo <= hi, got {rng!r}.')
@@ -104,7 +105,8 @@ class DenoiserModel(SRModel):
             self.lq = self.gt + sigma * torch.randn_like(self.gt)
         else:
             if self.val_sigma is None:
-                raise ValueError('DenoiserModel: set val.noise_sigma (noise std of validation/test images, [0, 1] units).')
+                raise ValueError('DenoiserModel: set val.noise_sigma (noise std of validation/test images, '
+                                 '[0, 1] units).')
             paths = data.get('gt_path', data.get('lq_path'))
             if paths is None:
                 raise ValueError("DenoiserModel: validation batches need 'gt_path' (seeds the fixed noise).")

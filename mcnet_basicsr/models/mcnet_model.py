@@ -196,7 +196,8 @@ class MCNetModel(ProtocolSRModel):
         c = self.loss_crop_border
         if c:
             if min(img.shape[-2:]) <= 2 * c:
-                raise ValueError(f'train.loss_crop_border {c} leaves nothing of a {img.shape[-2]}x{img.shape[-1]} patch.')
+                raise ValueError(f'train.loss_crop_border {c} leaves nothing of a {img.shape[-2]}x{img.shape[-1]} '
+                                 'patch.')
             img = img[..., c:-c, c:-c]
         if self.loss_channel == 'y' and img.shape[1] == 3:
             return rgb_to_ycbcr(img)[:, :1]

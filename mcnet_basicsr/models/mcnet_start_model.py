@@ -152,4 +152,3 @@ class TargetBank:
     def draw(self, n):
         index = torch.randperm(self.count, device=self.store[0].device)[:n]
         return [s[index] for s in self.store]
-
