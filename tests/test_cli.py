@@ -31,6 +31,7 @@ def run_cli(*argv):
     return proc.returncode, proc.stdout, lines[:-1], lines[-1][len('heavy:'):].strip()
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_help_imports_nothing_heavy():
     code, out, err, heavy = run_cli('--help')
     assert code == 0 and err == []
@@ -38,6 +39,7 @@ def test_help_imports_nothing_heavy():
     assert heavy == ''
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_bad_arguments_answer_with_one_line_and_import_nothing_heavy(tmp_path):
     cases = [
         (['a.png', '-o', str(tmp_path), '--scale', '5'], 'unsupported scale 5'),
@@ -91,8 +93,8 @@ def test_latency_benchmark_times_each_stage(tmp_path):
     """benchmarks/benchmark_cli.py runs the real command and a breakdown whose stages add up to the process's life."""
     import json
     out = tmp_path / 'cli.json'
-    proc = subprocess.run([sys.executable, 'benchmarks/benchmark_cli.py', '--device', 'cpu', '--scale', '2', '--size', '24',
-                           '--repeats', '1', '--json', str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, 'benchmarks/benchmark_cli.py', '--device', 'cpu', '--scale', '2', '--size',
+                           '24', '--repeats', '1', '--json', str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(out.read_text())
@@ -120,6 +122,7 @@ print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
+@pytest.mark.slow  # a fresh interpreter
 @pytest.mark.skipif(not sys.platform.startswith('linux'), reason='glibc (Linux) keeps memory through mallopt')
 def test_the_command_reuses_freed_memory():
     """``mcnet-sr`` keeps what it frees (``keep_freed_memory``, in ``console_main``): a large block allocated again
