@@ -30,7 +30,7 @@ setup(
         'scikit-image',
         'tqdm',
     ],
-    extras_require={'test': ['pytest', 'pytest-xdist']},
+    extras_require={'test': ['pytest', 'pytest-xdist', 'flake8']},
     entry_points={'console_scripts': ['mcnet-sr=mcnet_sr_cli:console_main']},
     license='Apache-2.0',
 )
