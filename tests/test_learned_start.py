@@ -262,7 +262,6 @@ def test_layer_training_leaves_the_start_alone(srcnn_ckpt, layer_ckpt):
     ({'dist': True}, 'trains in one process'),
     ({'network_g': 'no start'}, 'give network_g.start'),
     ({'path': {'pretrain_network_g': None}}, 'set path.pretrain_network_g'),
-    ({'train': {'jacobian_penalty': {'weight': 1.0}}}, 'fits the start only'),
     ({'train': {'target_solver': {'preset': 'no_such_preset'}}}, 'train.target_solver'),
     ({'train': {'target_bank': {'new_per_step': 4}}}, r'give \{size: N'),
     ({'train': {'target_bank': {'size': 0, 'new_per_step': 4}}}, 'size must be a positive integer'),

@@ -404,27 +404,3 @@ def solve(f: Fn, z0: torch.Tensor, config: Optional[SolverConfig] = None, with_i
         return fixed_point_solve(f, z0, tol=c.tol, max_iter=c.max_iter, stop=c.stop, cuda_graph=c.cuda_graph,
                                  with_image=with_image)
     raise ValueError(f"unknown solver {c.solver!r}; expected 'anderson' or 'fixed_point'")
-
-
-class IterateKeeper:
-    """A fixed-point map that also keeps detached copies of the iterates it is applied to at given calls.
-
-    ``kept[k]`` is the point of the ``k``-th call (1-based) for ``k`` in ``counts``: a solver's iterate after
-    ``k - 1`` updates, the last one a solve limited to ``k`` iterations evaluates. ``last`` is the point of the
-    latest call (a reference, not a copy: the solvers update their iterate in place, but the final call of
-    ``implicit_fixed_point`` is on its result, a fresh tensor). Counting calls happens on the host, so the map
-    is not capturable into a CUDA graph.
-    """
-
-    capturable = False
-
-    def __init__(self, f, counts):
-        self.f, self.counts = f, frozenset(counts)
-        self.calls, self.kept, self.last = 0, {}, None
-
-    def __call__(self, z):
-        self.calls += 1
-        if self.calls in self.counts:
-            self.kept[self.calls] = z.detach().clone()
-        self.last = z
-        return self.f(z)

@@ -50,9 +50,6 @@ class MCNetStartModel(MCNetModel):
 
     def init_training_settings(self):
         train = self.opt['train']
-        for key in ('jacobian_penalty', 'fixed_point_correction'):
-            if train.get(key) is not None:
-                raise ValueError(f'train.{key} trains the layer; MCNetStartModel fits the start only (remove it).')
         if self.opt['path'].get('pretrain_network_g') is None:
             raise ValueError('MCNetStartModel fits the start of a trained layer: set path.pretrain_network_g to it.')
         train_set = self.opt.get('datasets', {}).get('train', {})
