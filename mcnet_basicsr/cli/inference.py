@@ -69,11 +69,9 @@ from ..utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_
                                  to_array, write_atomic)
 from ..utils.progress import solver_progress
 from ..utils.tiling import global_ops, needs_tiling, tiles
-from ..zoo.pretrained import build_pretrained_mcnet, check_available, default_eps_rms
+from ..zoo.pretrained import backbone_name, build_pretrained_mcnet, check_available, default_eps_rms
 
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
-BACKBONE_NAMES = {'srcnn': 'SRCNN', 'rcan_compact': 'compact RCAN', 'rdn_compact': 'compact RDN', 'imdn': 'IMDN',
-                  'pan': 'PAN'}
 SUMMARY_FIELDS = ('run', 'input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
                   'bit_depth', 'scale', 'tiles', 'iterations', 'solver_residual', 'eps', 'fidelity', 'fidelity_saved',
                   'psnr_bicubic', 'psnr_backbone', 'psnr_mcnet', 'seconds')
@@ -218,7 +216,7 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
     except Exception as err:
         if backbone_path is None:
             raise
-        raise UsageError(f'{backbone_path}: does not fit the {BACKBONE_NAMES[backbone]} backbone '
+        raise UsageError(f'{backbone_path}: does not fit the {backbone_name(backbone)} backbone '
                          f'({_one_line(err, 200)})') from None
     if weights_path is not None:
         load_layer_weights(model, weights_path, scale)
@@ -413,7 +411,7 @@ def run(args, models=None):
         tiles_txt = f', {row["tiles"]} tiles' if row['tiles'] > 1 else ''
         psnr_txt = ''
         if row.get('psnr_mcnet') is not None:
-            psnr_txt = (f', Y-PSNR bicubic {row["psnr_bicubic"]:.2f} / {BACKBONE_NAMES[args.backbone]} '
+            psnr_txt = (f', Y-PSNR bicubic {row["psnr_bicubic"]:.2f} / {backbone_name(args.backbone)} '
                         f'{row["psnr_backbone"]:.2f} / MCNet {row["psnr_mcnet"]:.2f} dB')
         tqdm.write(f'{path}: {row["in_w"]}x{row["in_h"]} -> {row["out_w"]}x{row["out_h"]}, '
                    f'{row["iterations"]} iters, residual {row["solver_residual"]:.2e}, '

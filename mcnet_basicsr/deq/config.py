@@ -26,7 +26,7 @@ PRESETS = {
     'train_backward': {'tol': 1e-4, 'max_iter': 60},
     # the tables (test option files): the output at the converged fixed point, reported with the numbers
     'tables': {'tol': 1e-6, 'max_iter': 300},
-    # build_pretrained_mcnet and mcnet-sr (which tightens tol for the layers that need it, mcnet_sr_cli.DEFAULT_TOL):
+    # build_pretrained_mcnet and mcnet-sr (which sets each model's tol from its card, mcnet_basicsr/zoo/models.yml):
     # within about 0.1 dB of 'tables' at a fraction of the iterations
     'fast': {'tol': 1e-4},
     # the paper's setting: rel. residual 1e-5 or 200 iterations
