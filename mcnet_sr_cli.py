@@ -198,10 +198,10 @@ def keep_freed_memory(min_ram=16 << 30):
     """Have the C library (glibc) keep freed memory for reuse in this process; returns whether it did.
 
     glibc maps every allocation above 32 MB afresh and unmaps it when it is freed, so the feature maps each iteration
-    allocates (1 GB per DnCNN6 layer at 2048 x 2048) fault all their pages in again, every time: on 2 CPU cores that
-    took about a quarter of the command's time (docs/benchmarks.md, the 2-core CPU bullet). Served from the heap,
-    which is never trimmed, they reuse the pages of the last iteration. The heap's holes raise the peak memory (6.5
-    against 4.3 GB for that image) and the process holds it until it exits: right for a command that does one job
+    allocates (1 GB per DnCNN6 layer at 2048 x 2048) fault all their pages in again, every time, a large part of the
+    command's time on a few CPU cores (docs/benchmarks.md, "Quality of mcnet-sr's default"). Served from the heap,
+    which is never trimmed, they reuse the pages of the last iteration. The heap's holes raise the peak memory and
+    the process holds it until it exits: right for a command that does one job
     and leaves (:func:`console_main`), not for a library, and only on a machine with at least ``min_ram`` bytes of
     memory (default 16 GiB), where the larger peak fits more easily. Elsewhere (less memory, not Linux, or a C library
     without ``mallopt``) nothing changes.

@@ -161,7 +161,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             public pieces ``backbone_estimate`` and ``solve`` (the flags are set for the call and restored after
             it; training wraps its backward likewise, see MCNetModel). TF32 rounds convolution inputs to 10-bit
             mantissas, a noise floor of about 1e-4 relative that keeps the fixed-point residual from reaching
-            the 1e-5 a correct implicit gradient needs (seen on H200: forward stalls at 2e-5, backward at 3e-3).
+            the 1e-5 a correct implicit gradient needs (docs/benchmarks.md).
             Default: False.
         start (dict | None): A learned start: a residual CNN ``g`` (:class:`DnCNN` without spectral norm,
             options ``depth`` (default 8) and ``num_feat`` (default 64)) and the solve starts from

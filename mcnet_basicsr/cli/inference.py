@@ -37,7 +37,7 @@ which makes every tile's output exactly what the full-image network gives there.
 fixed-point iteration and its projection ``P_S`` run on the whole image (a few image-sized
 channels; the final ``P_S`` makes the whole output consistent). Solving the layer tile by tile
 instead does not reproduce the untiled result: its fixed point depends on pixels far outside any
-practical overlap (measured max differences 4e-3..1.5e-2 with 24 LR pixels of overlap).
+practical overlap (docs/benchmarks.md, "Measurements behind implementation choices").
 
 Exit status: 0 when every image succeeded, 1 when some failed (the others are still written), 2
 for a usage/set-up error (bad option, weights, device) before any image is processed. Nothing is
@@ -366,9 +366,9 @@ def prepare_model(args, device, models=None):
                               'cuda_graph': not args.no_cuda_graph and args.tile is None})
     model.extrapolation = args.extrapolation
     if device.type == 'cpu':
-        # oneDNN's channels-last convolutions run the denoiser, i.e. every iteration, about 1.5x faster on the CPU
-        # (float32 throughout; the result moves by float32 rounding only). On the GPU float32 channels-last
-        # convolutions were slower (docs/benchmarks.md). The denoiser runs once per iteration, the backbone once per
+        # oneDNN's channels-last convolutions run the denoiser, i.e. every iteration, faster on the CPU (float32
+        # throughout; the result moves by float32 rounding only). On the GPU float32 channels-last convolutions were
+        # slower (docs/benchmarks.md). The denoiser runs once per iteration, the backbone once per
         # image, so only the denoiser is converted, and the learned start (eight convolutions, once per image: about
         # 1.3 iterations' work)
         model.denoiser.to(memory_format=torch.channels_last)

@@ -113,10 +113,10 @@ class _CaptureResources:
 
     A capture allocates from a private pool that only the graphs recorded into it can use, and PyTorch
     gives a pool's memory back only once all of its graphs are gone *and* the cache is emptied. A new pool
-    per solve therefore kept every finished solve's memory reserved: training with graphs grew by about
-    190 MB per step (batch 32, H100) until a capture ran out of memory. A new side stream per capture
-    added a 32 MB cuBLAS workspace each time (allocated inside the capture, cached per stream for the
-    life of the process).
+    per solve therefore kept every finished solve's memory reserved: training with graphs grew with every
+    step until a capture ran out of memory (docs/benchmarks.md, "Training"). A new side stream per capture
+    added a cuBLAS workspace each time (allocated inside the capture, cached per stream for the life of
+    the process).
 
     Sharing one pool is safe here because the solves on a device run one after another and a solve's
     graphs are never replayed once it returns (PyTorch's condition for sharing: graphs are replayed in
