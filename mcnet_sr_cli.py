@@ -1,41 +1,59 @@
 """Command line of ``mcnet-sr``: its options and their checks, with nothing heavy imported.
 
 ``mcnet-sr --help`` and a bad option answer before torch, basicsr, OpenCV or the models are imported:
-this module uses the standard library only and lives outside the ``mcnet_basicsr`` package on purpose
-(importing the package imports torch and basicsr to fill BasicSR's registries). Only once the options
-are valid does :func:`main` import :mod:`mcnet_basicsr.cli.inference`, which does the work.
+this module uses the standard library and PyYAML only (the defaults come from the model cards,
+``mcnet_basicsr/zoo/models.yml``) and lives outside the ``mcnet_basicsr`` package on purpose (importing the
+package imports torch and basicsr to fill BasicSR's registries). Only once the options are valid does
+:func:`main` import :mod:`mcnet_basicsr.cli.inference`, which does the work.
 """
 import argparse
+import importlib.util
 import math
 import os.path as osp
 import sys
+from collections import Counter
 
-SCALES = (2, 3, 4)
+import yaml
+
 MIN_TILE = 8  # smallest --tile (LR pixels)
-# mcnet_basicsr.zoo.pretrained.BACKBONES, and the 'fast' solver preset's tol / max_iter
-# (mcnet_basicsr.deq.config), kept here so the parser needs no torch; tests/test_cli.py checks they agree
-BACKBONES = ('srcnn', 'rcan_compact', 'rdn_compact', 'imdn', 'pan')
-FAST_MAX_ITER = 100
-FAST_TOL = 1e-4
-# The CLI's default tolerance per shipped layer: the loosest that keeps Set5 and Set14 within 0.01 dB of the tables'
-# setting, on the model mcnet-sr runs (docs/benchmarks.md, "Quality of mcnet-sr's default"). The SRCNN layers (small
-# beta) converge slowly and stop 0.1-0.2 dB short at FAST_TOL. mcnet-sr runs them on our SRCNN (the tables' is the
-# official one) from the learned start fitted to that pair (mcnet_basicsr.zoo.pretrained.STARTS) and takes their output
-# from an extrapolated last iterate (DEFAULT_EXTRAPOLATION, MCNetArch's extrapolation): x2 at 3e-5 then stops 0.008 dB
-# short on Set5, x3 at 2e-5 0.009, x4 at 3e-5 0.008, too near the bound. The compact RCAN x3 layer stops 0.012 dB
-# short at FAST_TOL; every other layer is within 0.01 dB there.
-DEFAULT_TOL = {('srcnn', 2): 2e-5, ('srcnn', 3): 1.5e-5, ('srcnn', 4): 2e-5, ('rcan_compact', 3): 5e-5}
-# The fraction of the full extrapolation step (MCNetArch's extrapolation) per layer; 0 (none) for the others, whose
-# larger beta leaves little error in slowly contracting directions
-DEFAULT_EXTRAPOLATION = {('srcnn', 2): 0.25, ('srcnn', 3): 0.5, ('srcnn', 4): 0.5}
+
+
+def read_model_cards():
+    """The shipped models' cards (``mcnet_basicsr/zoo/models.yml``: files, defaults, scores per backbone and scale),
+    found and read without importing the package."""
+    spec = importlib.util.find_spec('mcnet_basicsr')  # a top-level package is located, not imported
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError('mcnet-sr needs the mcnet_basicsr package; install it (pip install -e .)')
+    with open(osp.join(spec.submodule_search_locations[0], 'zoo', 'models.yml'), encoding='utf-8') as f:
+        return yaml.load(f, Loader=getattr(yaml, 'CSafeLoader', yaml.SafeLoader))  # libyaml's parser where built
+
+
+MODELS = read_model_cards()
+SCALES = tuple(sorted(MODELS['default']))
+BACKBONES = tuple(MODELS['backbones'])
+
+
+def model_card(backbone, scale):
+    """The card of the shipped model (a dict), or None where none ships (the package then says why)."""
+    return MODELS['backbones'].get(backbone, {}).get('models', {}).get(scale)
 
 
 def default_tol(backbone, scale):
-    return DEFAULT_TOL.get((backbone, scale), FAST_TOL)
+    card = model_card(backbone, scale)
+    return None if card is None else card['tol']
 
 
 def default_extrapolation(backbone, scale):
-    return DEFAULT_EXTRAPOLATION.get((backbone, scale), 0.0)
+    card = model_card(backbone, scale)
+    return None if card is None else card['extrapolation']
+
+
+def _defaults_text(key, fmt):
+    """'X, but Y for b xs, ...': the most common default of the cards and the models that differ from it."""
+    cards = [(b, s, c) for b in BACKBONES for s, c in MODELS['backbones'][b]['models'].items()]
+    common = Counter(c[key] for _, _, c in cards).most_common(1)[0][0]
+    others = sorted((b, s, c[key]) for b, s, c in cards if c[key] != common)
+    return f'{fmt(common)}, but ' + ', '.join(f'{fmt(v)} for {b} x{s}' for b, s, v in others)
 
 
 class UsageError(Exception):
@@ -59,7 +77,7 @@ def build_parser():
                    'rows of earlier runs are kept (a summary.csv with other columns is left alone: the rows go to '
                    'summary_<n>.csv)')
     p.add_argument('--scale', required=True, type=int, metavar='{2,3,4}', help='upscaling factor')
-    p.add_argument('--backbone', default='srcnn', choices=BACKBONES,
+    p.add_argument('--backbone', default=None, choices=BACKBONES,
                    help='backbone and its shipped layer: our SRCNN (default), our compact RCAN / RDN, or the official '
                    'IMDN / PAN (x3, x4; give their weights with --backbone-weights); all but SRCNN keep ||Ax-b|| '
                    'within the uint8 quantisation level, see --eps-rms')
@@ -72,18 +90,17 @@ def build_parser():
     p.add_argument('--eps-rms', type=float, default=None, metavar='X',
                    help='consistency radius per LR pixel, eps = X * sqrt(#LR pixels) (default: what the layer was '
                    'trained with: 0, i.e. exact, for srcnn; 1/255/sqrt(12) for the compact backbones)')
-    # the CLI's solver: the 'fast' preset, single keys overridden
-    p.add_argument('--iters', type=int, default=FAST_MAX_ITER, metavar='N',
-                   help=f'maximum solver iterations (default {FAST_MAX_ITER})')
+    # the CLI's solver: the 'fast' preset, single keys overridden; defaults from the model cards
+    p.add_argument('--iters', type=int, default=MODELS['max_iter'], metavar='N',
+                   help=f'maximum solver iterations (default {MODELS["max_iter"]})')
     p.add_argument('--tol', type=float, default=None, metavar='T',
-                   help=f'relative fixed-point residual at which the solver stops (default {FAST_TOL:g}, but '
-                   + ', '.join(f'{t:g} for {b} x{s}' for (b, s), t in sorted(DEFAULT_TOL.items()))
-                   + ': within 0.01 dB of the converged result on Set5/Set14)')
+                   help='relative fixed-point residual at which the solver stops (default '
+                   + _defaults_text('tol', lambda v: f'{v:g}') + ': within 0.01 dB of the converged result on '
+                   'Set5/Set14)')
     p.add_argument('--extrapolation', type=float, default=None, metavar='T',
-                   help='take the output from z + T (beta + rho) / beta (F(z) - z) at the iterate z the solver stops at '
-                   '(one more application of the map; nearer the converged result for layers with a small beta; '
-                   'default 0, but ' + ', '.join(f'{t:g} for {b} x{s}' for (b, s), t in
-                                                 sorted(DEFAULT_EXTRAPOLATION.items())) + ')')
+                   help='take the output from z + T (beta + rho) / beta (F(z) - z) at the iterate z the solver stops '
+                   'at (one more application of the map; nearer the converged result for layers with a small beta; '
+                   'default ' + _defaults_text('extrapolation', lambda v: f'{v:g}') + ')')
     p.add_argument('--device', default='auto', choices=('auto', 'cpu', 'cuda'), help='default: cuda if available')
     p.add_argument('--no-cuda-graph', action='store_true',
                    help='on CUDA, run the solver iterations eagerly instead of replaying them from CUDA graphs '
@@ -109,13 +126,16 @@ def parse_args(argv):
         raise UsageError(f'unsupported scale {args.scale}; models exist for scales {", ".join(map(str, SCALES))}')
     if args.iters < 1:
         raise UsageError(f'--iters must be >= 1, got {args.iters}')
+    if args.backbone is None:
+        args.backbone = MODELS['default'][args.scale]
+    # the model's defaults; where no model ships for the pair, the command stops with the package's reason
     if args.tol is None:
         args.tol = default_tol(args.backbone, args.scale)
-    if not (args.tol > 0 and math.isfinite(args.tol)):
+    if args.tol is not None and not (args.tol > 0 and math.isfinite(args.tol)):
         raise UsageError(f'--tol must be a positive number, got {args.tol}')
     if args.extrapolation is None:
         args.extrapolation = default_extrapolation(args.backbone, args.scale)
-    if not (args.extrapolation >= 0 and math.isfinite(args.extrapolation)):
+    if args.extrapolation is not None and not (args.extrapolation >= 0 and math.isfinite(args.extrapolation)):
         raise UsageError(f'--extrapolation must be a finite number >= 0, got {args.extrapolation}')
     if args.eps_rms is not None and not (args.eps_rms >= 0 and math.isfinite(args.eps_rms)):
         raise UsageError(f'--eps-rms must be a finite number >= 0, got {args.eps_rms}')
@@ -183,10 +203,10 @@ def keep_freed_memory(min_ram=16 << 30):
     """Have the C library (glibc) keep freed memory for reuse in this process; returns whether it did.
 
     glibc maps every allocation above 32 MB afresh and unmaps it when it is freed, so the feature maps each iteration
-    allocates (1 GB per DnCNN6 layer at 2048 x 2048) fault all their pages in again, every time: on 2 CPU cores that
-    took about a quarter of the command's time (docs/benchmarks.md, the 2-core CPU bullet). Served from the heap,
-    which is never trimmed, they reuse the pages of the last iteration. The heap's holes raise the peak memory (6.5
-    against 4.3 GB for that image) and the process holds it until it exits: right for a command that does one job
+    allocates (1 GB per DnCNN6 layer at 2048 x 2048) fault all their pages in again, every time, a large part of the
+    command's time on a few CPU cores (docs/benchmarks.md, "Quality of mcnet-sr's default"). Served from the heap,
+    which is never trimmed, they reuse the pages of the last iteration. The heap's holes raise the peak memory and
+    the process holds it until it exits: right for a command that does one job
     and leaves (:func:`console_main`), not for a library, and only on a machine with at least ``min_ram`` bytes of
     memory (default 16 GiB), where the larger peak fits more easily. Elsewhere (less memory, not Linux, or a C library
     without ``mallopt``) nothing changes.

@@ -16,7 +16,7 @@ setup(
     packages=find_packages(include=['mcnet_basicsr', 'mcnet_basicsr.*']),
     py_modules=['mcnet_basicsr_hook', 'mcnet_sr_cli'],
     include_package_data=True,
-    package_data={'mcnet_basicsr': ['weights/*.pth', 'weights/*.md', 'zoo/assets.yml']},
+    package_data={'mcnet_basicsr': ['weights/*.pth', 'weights/*.md', 'zoo/assets.yml', 'zoo/models.yml']},
     python_requires='>=3.9',
     install_requires=[
         'basicsr==1.4.2',
@@ -30,7 +30,7 @@ setup(
         'scikit-image',
         'tqdm',
     ],
-    extras_require={'test': ['pytest', 'pytest-xdist']},
+    extras_require={'test': ['pytest', 'pytest-xdist', 'flake8']},
     entry_points={'console_scripts': ['mcnet-sr=mcnet_sr_cli:console_main']},
     license='Apache-2.0',
 )

@@ -394,14 +394,14 @@ def main(argv=None):
         from mcnet_basicsr.archs.dncnn_arch import DnCNN
         flops_cache['dncnn'] = conv_flops_per_pixel(DnCNN())
     meta = {'schema_version': SCHEMA_VERSION, 'device': device_name(device), 'torch': torch.__version__,
-            'quick': args.quick, 'command': 'python benchmarks/benchmark.py ' + ' '.join(sys.argv[1:] if argv is None
-                                                                                       else argv),
+            'quick': args.quick,
+            'command': 'python benchmarks/benchmark.py ' + ' '.join(sys.argv[1:] if argv is None else argv),
             'peak_tflops': args.peak_tflops,
             'peak_tflops_note': 'given by --peak-tflops; default 67 = H100 SXM FP32 without tensor cores',
             'dncnn_flops_per_pixel': flops_cache['dncnn'], 'reference': REFERENCE,
-            'configs': {k: {'label': v['label'], 'solver': v['solver'],
-                            'backbone_dtype': str(v.get('backbone_dtype')), 'channels_last': v.get('channels_last', False),
-                            'tf32': v.get('tf32', False)} for k, v in CONFIGS.items()},
+            'configs': {k: {'label': v['label'], 'solver': v['solver'], 'backbone_dtype': str(v.get('backbone_dtype')),
+                            'channels_last': v.get('channels_last', False), 'tf32': v.get('tf32', False)}
+                        for k, v in CONFIGS.items()},
             'wall_seconds': time.perf_counter() - t0, 'out_json': args.out_json}
     result = {'meta': meta, 'rows': rows}
     if args.out_json:

@@ -42,7 +42,8 @@ def main():
               'torch': torch.__version__, 'scale': args.scale, 'backbone': args.backbone,
               'image': f'astronaut {args.size}x{args.size} RGB', **record}
     m = record['median']
-    print(f"{record['device']}, x{args.scale} {args.backbone}, {args.size}x{args.size} photo, medians of {args.repeats}:")
+    print(f"{record['device']}, x{args.scale} {args.backbone}, {args.size}x{args.size} photo, "
+          f"medians of {args.repeats}:")
     print(f"  python -c 'import torch'      {m['import_torch_s']:.2f} s")
     print(f"  mcnet-sr, to file written      {m['cli_to_file_written_s']:.2f} s "
           f"(+{m['cli_minus_import_torch_s']:.2f} s over import torch), to exit {m['cli_to_exit_s']:.2f} s")

@@ -7,7 +7,8 @@ on a new size of a fresh operator):
 
     python benchmarks/benchmark_ops.py                       # defaults: 1x1x1024x1024 and 16x1x96x96, x2 and x4
     python benchmarks/benchmark_ops.py --devices cpu --out docs/benchmarks_ops.md
-    python benchmarks/benchmark_ops.py --types bicubic pil-bicubic cv2-area --shapes 1x3x512x512 --scales 3 --dtype float64
+    python benchmarks/benchmark_ops.py --types bicubic pil-bicubic cv2-area --shapes 1x3x512x512 --scales 3 \
+        --dtype float64
 
 basicsr's ``imresize`` (a Python loop over output rows/columns, float32, one image at a time) is
 timed on the same downscale, on CPU, looping over the batch as a data pipeline would.
@@ -78,6 +79,7 @@ def bench(op_type, shape, scale, device, dtype, repeats, with_basicsr):
     x = torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
     b = op(torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype))
     eps = eps_from_rms(QUANTIZATION_EPS_RMS, b[0].numel())
+
     def first_project_ms(e):  # a new size's set-up on fresh operators, median of several: one call is noisy
         fresh = lambda: build_operator(opt).project(x, b, e)  # noqa: E731
         return statistics.median(first_call_ms(fresh, device) for _ in range(max(1, min(repeats, 5))))

@@ -68,7 +68,6 @@ def _run(cmd, env):
     return start, end, proc.stdout
 
 
-
 def measure_cli_latency(photo, out_dir, scale=2, backbone='srcnn', device='auto', repeats=3):
     """Medians and per-repeat seconds of ``mcnet-sr photo -o out_dir --scale S`` (see the module docstring)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get('PYTHONPATH')])))

@@ -116,11 +116,13 @@ def main(argv=None):
     parser.add_argument('checkpoints', nargs='+', help='denoiser checkpoints (paths or globs)')
     parser.add_argument('--method', default='pnp', choices=sorted(OPTIONS))
     parser.add_argument('--scale', type=int, default=2, choices=[2, 3, 4])
-    parser.add_argument('--iterations', type=int, help="PnP iterations / MCNet forward max_iter (default: the option file's)")
+    parser.add_argument('--iterations', type=int,
+                        help="PnP iterations / MCNet forward max_iter (default: the option file's)")
     parser.add_argument('--denoiser', default=DEFAULT_DENOISER,
                         help=f'DnCNN options as a YAML mapping (default: DnCNN6 SN, {DEFAULT_DENOISER})')
     parser.add_argument('--limit', type=int, help='first N Set5 images (quick runs)')
-    parser.add_argument('--data-root', help='folder holding Set5/HR_mod<s> and Set5/LR_bicubic/X<s> (default: <repo>/datasets)')
+    parser.add_argument('--data-root',
+                        help='folder holding Set5/HR_mod<s> and Set5/LR_bicubic/X<s> (default: <repo>/datasets)')
     parser.add_argument('--device', default='auto', choices=['auto', 'cpu', 'cuda'])
     parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                         help='extra option override, dotted path, YAML value (repeatable)')

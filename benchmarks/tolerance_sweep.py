@@ -6,7 +6,7 @@ meets it (the solvers stop there), so one solve gives every tolerance: its itera
 tables' protocol (the output's Y rounded to uint8, against the mod-cropped HR, crop = scale) of what the layer then
 returns: the map applied once more to that iterate, then the final float64 projection. Printed per set: mean
 iterations and mean PSNR difference to the tables' result per tolerance; ``--out`` writes every image's numbers as
-JSON. Where a learned start ships for the model (``mcnet_basicsr.zoo.pretrained.STARTS``, as ``mcnet-sr`` uses it) the
+JSON. Where a learned start ships for the model (its card's ``start``, as ``mcnet-sr`` uses it) the
 solves begin there, and the tables' result they are scored against is the tables' setting itself, solved from the
 standard start (each row's ``reference_psnr``); ``--no-start`` sweeps the standard start.
 
@@ -16,9 +16,9 @@ standard start (each row's ``reference_psnr``); ``--no-start`` sweeps the standa
     python benchmarks/tolerance_sweep.py --scale 4 --backbone imdn \
         --backbone-weights experiments/pretrained_models/imdn_x4.pth
 
-This is how ``mcnet-sr``'s default ``--tol`` per layer is chosen (``mcnet_sr_cli.DEFAULT_TOL``; docs/benchmarks.md,
-"Quality of mcnet-sr's default"). Data: ``scripts/prepare_datasets.py`` (``datasets/<set>/HR_mod<s>`` and
-``datasets/<set>/LR_bicubic/X<s>``).
+This is how ``mcnet-sr``'s default ``--tol`` per layer is chosen (the cards' ``tol`` in
+``mcnet_basicsr/zoo/models.yml``; docs/benchmarks.md, "Quality of mcnet-sr's default"). Data:
+``scripts/prepare_datasets.py`` (``datasets/<set>/HR_mod<s>`` and ``datasets/<set>/LR_bicubic/X<s>``).
 """
 import argparse
 import itertools

@@ -1,9 +1,9 @@
 """Run the rows of the paper's Table 2 (PSNR/SSIM) and Table 1 (data fidelity) that this project has.
 
 Every row is a BasicSR test option file run through its model's validation by
-``mcnet_basicsr.evaluation.evaluate_option`` under the project protocol (see that module). Rows whose option
-file, weights or data are missing are reported as skipped, with the reason. Writes a JSON list of records and a markdown file with
-the tables (the paper's numbers are not included: we do not have them reliably).
+``mcnet_basicsr.evaluation.evaluate.evaluate_option`` under the project protocol (see that module). Rows whose option
+file, weights or data are missing are reported as skipped, with the reason. Writes a JSON list of records and a
+markdown file with the tables (the paper's numbers are not included: we do not have them reliably).
 
     python scripts/reproduce_tables.py                 # all rows, x2/x3/x4, Set5 + Set14, GPU if present
     python scripts/reproduce_tables.py --quick         # smoke run: first Set5 image, x2, CPU, loose solvers
@@ -26,6 +26,7 @@ from mcnet_basicsr.evaluation.tables import DATASETS, ROWS, SCALES, key_of, mark
 from mcnet_basicsr.utils.files import write_json, write_text
 
 REPO_ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
+
 
 def load_row(pattern, scale, quick, method, data_root, datasets, extra=()):
     """The option dict of one cell (with --quick / data-root changes), its overrides, or a skip reason."""
@@ -66,7 +67,8 @@ def run(quick=False, device='auto', data_root='datasets', limit=None, log=print,
             for r in evaluate_option(opt, dev, overrides, limit):
                 r['backbone_weights'] = weights
                 records.append(to_record(r))
-                log(f"{row_label(r['method'], r['backbone'], weights):32s} {r['dataset']:6s} x{s}  PSNR {r['psnr']:.3f}  "
+                log(f"{row_label(r['method'], r['backbone'], weights):32s} {r['dataset']:6s} x{s}  "
+                    f"PSNR {r['psnr']:.3f}  "
                     f"SSIM {r['ssim']:.4f}  fid max {r['fidelity']:.2e}  {r['seconds_per_image']:.3f} s/img  "
                     f"iters {r['iterations']}")
     return records, skipped

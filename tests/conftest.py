@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# pytest.ini runs one pytest-xdist worker per core; the subprocesses tests start (training, the CLI) would otherwise
-# each take every core (torch's default), several workers at once oversubscribing the machine.
+# pytest_cmdline_main below runs one pytest-xdist worker per core; the subprocesses tests start (training, the CLI)
+# would otherwise each take every core (torch's default), several workers at once oversubscribing the machine.
 if os.environ.get('PYTEST_XDIST_WORKER'):
     os.environ.setdefault('OMP_NUM_THREADS',
                           str(max(1, (os.cpu_count() or 1) // int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', 1)))))
@@ -27,6 +27,23 @@ if str(BENCHMARKS) not in sys.path:
 import mcnet_basicsr_hook  # noqa: E402
 
 mcnet_basicsr_hook.install_torchvision_alias()
+
+XDIST_DEFAULTS = {'numprocesses': 'auto', 'maxprocesses': 4, 'dist': 'worksteal'}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Where pytest-xdist is installed and the command line chose no workers (no ``-n`` / ``--tx``): one worker per
+    core, at most 4 (each holds torch and its test images), with work stealing, so that a file of long tests does not
+    leave the others idle at the end. Runs before xdist's own hook turns these options into workers; a worker
+    (``config.workerinput``) is left alone. Without xdist pytest runs in one process."""
+    if not config.pluginmanager.hasplugin('xdist') or hasattr(config, 'workerinput'):
+        return
+    if config.option.numprocesses is None and not config.option.tx:
+        config.option.numprocesses = XDIST_DEFAULTS['numprocesses']
+        config.option.maxprocesses = config.option.maxprocesses or XDIST_DEFAULTS['maxprocesses']
+        if config.option.dist == 'no':
+            config.option.dist = XDIST_DEFAULTS['dist']
 
 
 def repo_env(**extra):

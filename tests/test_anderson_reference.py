@@ -80,8 +80,8 @@ def _anderson_solve_reference(f, z0, m=5, lam=1e-4, mixing=1.0, tol=1e-5, max_it
 def _mixed_difficulty_map(n, d, dtype, seed, device='cpu'):
     """f(z) = tanh(s_i * z W^T + b_i) per sample i (n <= 5), with scales for an easy, a hard, a
     non-contractive, a constant (converges at step 2) and a medium sample; sample 0 has b = 0, so
-    z0 = 0 is already its fixed point (residual exactly 0 at step 1). n = 1: the hard sample. In float64 the non-contractive sample
-    oscillates (does not converge); in float32 it is milder (s = 1.6, converges), since an
+    z0 = 0 is already its fixed point (residual exactly 0 at step 1). n = 1: the hard sample. In float64 the
+    non-contractive sample oscillates (does not converge); in float32 it is milder (s = 1.6, converges), since an
     oscillating map amplifies float32 rounding until iteration counts may differ."""
     g = _gen(seed)
     W = _scaled(torch.randn(d, d, dtype=DT, generator=g), 1.0)

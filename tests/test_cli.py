@@ -31,6 +31,7 @@ def run_cli(*argv):
     return proc.returncode, proc.stdout, lines[:-1], lines[-1][len('heavy:'):].strip()
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_help_imports_nothing_heavy():
     code, out, err, heavy = run_cli('--help')
     assert code == 0 and err == []
@@ -38,6 +39,7 @@ def test_help_imports_nothing_heavy():
     assert heavy == ''
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_bad_arguments_answer_with_one_line_and_import_nothing_heavy(tmp_path):
     cases = [
         (['a.png', '-o', str(tmp_path), '--scale', '5'], 'unsupported scale 5'),
@@ -54,28 +56,30 @@ def test_bad_arguments_answer_with_one_line_and_import_nothing_heavy(tmp_path):
         assert heavy == '', (argv, heavy)
 
 
-def test_constants_agree_with_the_package():
+def test_the_heavy_part_raises_the_usage_error_of_the_command_line():
     import mcnet_sr_cli
     from mcnet_basicsr.cli import inference
-    from mcnet_basicsr.deq import SolverConfig
-    from mcnet_basicsr.zoo.pretrained import BACKBONES, SCALES
-    fast = SolverConfig.preset('fast')
-    assert mcnet_sr_cli.BACKBONES == BACKBONES and mcnet_sr_cli.SCALES == SCALES
-    assert (mcnet_sr_cli.FAST_MAX_ITER, mcnet_sr_cli.FAST_TOL) == (fast.max_iter, fast.tol)
     assert inference.UsageError is mcnet_sr_cli.UsageError  # raised in the heavy part, caught the same way
 
 
-def test_default_tolerance_is_per_shipped_layer():
-    """Layers that stop short at the fast preset's 1e-4 (SRCNN by 0.1 dB, compact RCAN x3 by 0.012) get a tighter
-    default, the SRCNN layers an extrapolated output too; --tol and --extrapolation always win."""
+def test_defaults_are_the_model_cards():
+    """Without --backbone the command runs the card's default model of the scale; each model's --tol, --extrapolation
+    and --iters defaults are its card's; --tol and --extrapolation always win."""
     import mcnet_sr_cli
+    from mcnet_basicsr.zoo.pretrained import MODELS, model_card
     parse = lambda *extra: mcnet_sr_cli.parse_args(['photo.png', '-o', 'out', *extra])  # noqa: E731
-    assert [parse('--scale', s).tol for s in '234'] == [2e-5, 1.5e-5, 2e-5]
-    assert [parse('--scale', s).extrapolation for s in '234'] == [0.25, 0.5, 0.5]
-    for backbone in ('rcan_compact', 'rdn_compact', 'imdn', 'pan'):
-        args = parse('--scale', '4', '--backbone', backbone)
-        assert args.tol == mcnet_sr_cli.FAST_TOL and args.extrapolation == 0
-    assert parse('--scale', '3', '--backbone', 'rcan_compact').tol == 5e-5
+    assert mcnet_sr_cli.MODELS == MODELS  # the command line found the package's cards
+    shipped = [(b, s) for b in MODELS['backbones'] for s in MODELS['backbones'][b]['models']]
+    assert len(shipped) == 13
+    for s in mcnet_sr_cli.SCALES:
+        args = parse('--scale', str(s))
+        card = model_card(MODELS['default'][s], s)
+        assert args.backbone == MODELS['default'][s]
+        assert (args.tol, args.extrapolation) == (card['tol'], card['extrapolation'])
+    for b, s in shipped:
+        args = parse('--scale', str(s), '--backbone', b)
+        card = model_card(b, s)
+        assert (args.tol, args.extrapolation, args.iters) == (card['tol'], card['extrapolation'], MODELS['max_iter'])
     assert parse('--scale', '2', '--tol', '1e-3').tol == 1e-3
     assert parse('--scale', '2', '--extrapolation', '0').extrapolation == 0
     with pytest.raises(mcnet_sr_cli.UsageError, match='--tol'):
@@ -83,8 +87,6 @@ def test_default_tolerance_is_per_shipped_layer():
     for bad in ('-0.5', 'nan', 'inf'):
         with pytest.raises(mcnet_sr_cli.UsageError, match='--extrapolation'):
             parse('--scale', '2', '--extrapolation', bad)
-    for table in (mcnet_sr_cli.DEFAULT_TOL, mcnet_sr_cli.DEFAULT_EXTRAPOLATION):
-        assert set(table) <= {(b, s) for b in mcnet_sr_cli.BACKBONES for s in mcnet_sr_cli.SCALES}
 
 
 @pytest.mark.slow  # three fresh processes that import torch
@@ -92,9 +94,9 @@ def test_latency_benchmark_times_each_stage(tmp_path):
     """benchmarks/benchmark_cli.py runs the real command and a breakdown whose stages add up to the process's life."""
     import json
     out = tmp_path / 'cli.json'
-    proc = subprocess.run([sys.executable, 'benchmarks/benchmark_cli.py', '--device', 'cpu', '--scale', '2', '--size', '24',
-                           '--repeats', '1', '--json', str(out)], cwd=REPO_ROOT, env=repo_env(), capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, 'benchmarks/benchmark_cli.py', '--device', 'cpu', '--scale', '2', '--size',
+                           '24', '--repeats', '1', '--json', str(out)], cwd=REPO_ROOT, env=repo_env(),
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(out.read_text())
     m = rec['median']
@@ -121,6 +123,7 @@ print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
+@pytest.mark.slow  # a fresh interpreter
 @pytest.mark.skipif(not sys.platform.startswith('linux'), reason='glibc (Linux) keeps memory through mallopt')
 def test_the_command_reuses_freed_memory():
     """``mcnet-sr`` keeps what it frees (``keep_freed_memory``, in ``console_main``): a large block allocated again

@@ -6,8 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mcnet_basicsr.deq import (ImplicitFixedPoint, SolverConfig, SolverStats, anderson_solve, fixed_point_solve,
-                               implicit_fixed_point, solve)
+from mcnet_basicsr.deq import SolverConfig, SolverStats, anderson_solve, fixed_point_solve, implicit_fixed_point, solve
 
 DT = torch.float64
 
@@ -126,14 +125,14 @@ def test_backward_stats_and_no_grad_path():
     P = _Problem()
     cfg = SolverConfig(tol=1e-10, max_iter=200)
     W = P.W.clone().requires_grad_()
-    layer = ImplicitFixedPoint(cfg, SolverConfig(solver='fixed_point', tol=1e-9, max_iter=300))
-    z_out, fst, holder = layer(P.f_of(W, P.U, P.x, P.c), torch.zeros(P.n, P.d, dtype=DT))
-    assert layer.last_forward_stats is fst and layer.last_backward_stats is None
+    z_out, fst, holder = implicit_fixed_point(P.f_of(W, P.U, P.x, P.c), torch.zeros(P.n, P.d, dtype=DT), cfg,
+                                              SolverConfig(solver='fixed_point', tol=1e-9, max_iter=300))
+    assert isinstance(fst, SolverStats) and holder.stats is None and holder.calls == 0
     assert z_out.grad_fn is not None and holder.enabled
     (z_out * P.R).sum().backward()
-    assert isinstance(layer.last_backward_stats, SolverStats)
-    assert bool(layer.last_backward_stats.converged.all())
-    s = layer.last_backward_stats.summary()
+    assert isinstance(holder.stats, SolverStats) and holder.calls == 1
+    assert bool(holder.stats.converged.all())
+    s = holder.stats.summary()
     assert set(s) >= {'iter_mean', 'iter_max', 'residual_max'} and all(isinstance(v, float) for v in s.values())
 
     # no_grad: f(z*) without graph, equal to the grad-mode value

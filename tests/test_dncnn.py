@@ -21,8 +21,6 @@ BOUND = LIP**(1.0 / DEPTH)
 SLACK = 1.01
 
 
-
-
 def gray_photo(name, size, dtype=DT):
     """(1, 1, H, W) luminance of a real photo in [0, 1]."""
     rgb = torch.from_numpy(sample_photo(name, size)).to(dtype).permute(2, 0, 1) / 255.0

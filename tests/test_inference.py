@@ -26,8 +26,6 @@ from mcnet_basicsr.zoo.pretrained import weight_path
 FAST = ['--tol', '1e-3']
 
 
-
-
 def photo(name, h, w):
     return sample_photo(name, (h, w))[:, :, ::-1].copy()  # BGR for cv2
 
@@ -325,8 +323,9 @@ def test_python_dash_m_runs(tmp_path):
     img = write(tmp_path / 'in' / 'a.png', photo('chelsea', 24, 28))
     out = tmp_path / 'out'
     env = repo_env(OMP_NUM_THREADS='1')
-    proc = subprocess.run([sys.executable, '-m', 'mcnet_basicsr.cli.inference', str(img), '-o', str(out), '--scale', '2',
-                           '--threads', '1', *FAST], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, '-m', 'mcnet_basicsr.cli.inference', str(img), '-o', str(out), '--scale',
+                           '2', '--threads', '1', *FAST], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert cv2.imread(str(out / 'a_x2.png')).shape == (48, 56, 3)
     assert 'a.png: 28x24 -> 56x48' in proc.stdout
@@ -378,8 +377,8 @@ def test_summary_keeps_earlier_runs(tmp_path, capsys):
     assert text.startswith(first), 'the first run\'s rows were rewritten'
     with open(out / 'summary.csv', newline='') as f:
         rows = list(csv.DictReader(f))
-    assert [(Path(r['input']).name, r['status']) for r in rows] == [('a.png', 'ok'), ('b.png', 'ok'),
-                                                                     ('a.png', 'error')]
+    seen = [(Path(r['input']).name, r['status']) for r in rows]
+    assert seen == [('a.png', 'ok'), ('b.png', 'ok'), ('a.png', 'error')]
     assert all(r['run'] for r in rows) and rows[1]['run'] == rows[2]['run']
 
     # someone else's summary.csv is left alone; the rows go to a new numbered file, which the tool names
@@ -413,7 +412,7 @@ def test_skip_existing_resumes_a_folder(tmp_path, capsys):
     with open(out / 'summary.csv', newline='') as f:
         last = list(csv.DictReader(f))[-3:]
     assert [(Path(r['input']).name, r['status']) for r in last] == [('a.png', 'skipped'), ('b.png', 'skipped'),
-                                                                     ('c.png', 'ok')]
+                                                                    ('c.png', 'ok')]
     # with --compare the figure is an output too: an input whose figure is missing is not done
     assert cli(a, c, '-o', out, '--scale', 2, '--skip-existing', '--compare', *FAST) == 1
     assert 'c_compare.png' not in {p.name for p in out.iterdir()}

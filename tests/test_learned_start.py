@@ -135,7 +135,7 @@ def test_bad_start_weights_and_options_are_refused(srcnn_ckpt, layer_ckpt, tmp_p
 
 
 def test_a_model_loads_a_layer_checkpoint_beside_start_path_without_missing_keys(srcnn_ckpt, layer_ckpt, tmp_path,
-                                                                                   caplog):
+                                                                                 caplog):
     """BasicSR's model loading (test.py, train.py) of a layer checkpoint without start.* entries: the start of
     start_path stays, and the log says so instead of listing its weights as missing."""
     torch.manual_seed(5)
@@ -262,7 +262,6 @@ def test_layer_training_leaves_the_start_alone(srcnn_ckpt, layer_ckpt):
     ({'dist': True}, 'trains in one process'),
     ({'network_g': 'no start'}, 'give network_g.start'),
     ({'path': {'pretrain_network_g': None}}, 'set path.pretrain_network_g'),
-    ({'train': {'jacobian_penalty': {'weight': 1.0}}}, 'fits the start only'),
     ({'train': {'target_solver': {'preset': 'no_such_preset'}}}, 'train.target_solver'),
     ({'train': {'target_bank': {'new_per_step': 4}}}, r'give \{size: N'),
     ({'train': {'target_bank': {'size': 0, 'new_per_step': 4}}}, 'size must be a positive integer'),

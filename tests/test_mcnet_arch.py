@@ -25,8 +25,6 @@ OPERATOR = {'type': 'bicubic', 'scale': SCALE}
 AUTHORS_DNCNN = SHARED / 'weights' / 'sr_mcnet_official' / 'dncnn6_realsn_relu' / 'sigma_0.00625_0.01250.pth'
 
 
-
-
 @pytest.fixture(scope='module')
 def backbone_ckpt(tmp_path_factory):
     torch.manual_seed(0)

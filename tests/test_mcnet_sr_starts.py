@@ -1,6 +1,6 @@
-"""The learned starts ``mcnet-sr`` uses (``mcnet_basicsr.zoo.pretrained.STARTS``): the shipped SRCNN models begin their
-solves there, other models and other weights do not, and on a real photo the start reaches the same fixed point as
-the standard start in fewer iterations at the command's default tolerance.
+"""The learned starts ``mcnet-sr`` uses (the model cards' ``start``, ``mcnet_basicsr/zoo/models.yml``): the shipped
+SRCNN models begin their solves there, other models and other weights do not, and on a real photo the start reaches
+the same fixed point as the standard start in fewer iterations at the command's default tolerance.
 
 CPU only; the shipped weights; scikit-image's photos (no download).
 """
@@ -16,7 +16,7 @@ from mcnet_basicsr.cli.inference import get_model
 from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
 from mcnet_basicsr.ops import build_operator
 from mcnet_basicsr.utils.color import luma
-from mcnet_basicsr.zoo.pretrained import STARTS, build_pretrained_mcnet, weight_path
+from mcnet_basicsr.zoo.pretrained import build_pretrained_mcnet, model_card, weight_path
 
 SIZE = 168  # HR side of the photo crop (divisible by 2, 3 and 4)
 
@@ -24,7 +24,7 @@ SIZE = 168  # HR side of the photo crop (divisible by 2, 3 and 4)
 @pytest.mark.parametrize('scale', (2, 3, 4))
 def test_the_shipped_srcnn_models_begin_at_their_fitted_start(scale):
     net = build_pretrained_mcnet(scale)
-    shipped = torch.load(weight_path(STARTS['srcnn', scale]), map_location='cpu')['params']
+    shipped = torch.load(weight_path(model_card('srcnn', scale)['start']), map_location='cpu')['params']
     own = net.start.state_dict()
     assert set(own) == set(shipped) and all(torch.equal(own[k], v) for k, v in shipped.items())
     assert own['dncnn.' + str(len(net.start.dncnn) - 1) + '.weight'].abs().sum() > 0  # fitted, not the identity

@@ -15,8 +15,6 @@ from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_operator, imresize
 SCALE = 2
 
 
-
-
 def y_of(rgb01):
     """BT.601 luma (MATLAB convention) of float64 RGB in [0, 1], NCHW; written out independently."""
     r, g, b = rgb01[:, 0:1], rgb01[:, 1:2], rgb01[:, 2:3]

@@ -83,7 +83,8 @@ def test_registry_round_trip_with_custom_operator():
     assert name not in OPERATOR_REGISTRY
 
 
-@pytest.mark.parametrize('matrix', [lambda n, s: np.ones((n // s + 1, n)), lambda n, s: np.ones(n)], ids=['rows', 'dims'])
+@pytest.mark.parametrize('matrix', [lambda n, s: np.ones((n // s + 1, n)), lambda n, s: np.ones(n)],
+                         ids=['rows', 'dims'])
 def test_custom_operator_with_a_wrong_matrix_is_refused(matrix):
     class WrongShape(SeparableDownsample):
         def axis_matrix(self, length):

@@ -36,7 +36,7 @@ def test_option_file_is_consistent_with_its_scale(path):
         return
     assert opt['scale'] == s
     assert opt['name'] and opt['model_type'] in ('SRModel', 'ProtocolSRModel', 'MCNetModel', 'MCNetStartModel',
-                                                'DenoiserModel')
+                                                 'DenoiserModel')
     for ds in opt.get('datasets', {}).values():
         for key in ('dataroot_gt', 'dataroot_lq'):
             root = ds.get(key)
@@ -101,7 +101,7 @@ WEIGHTS = Path(__file__).resolve().parents[1] / 'mcnet_basicsr' / 'weights'
 
 
 @pytest.mark.parametrize('name', sorted(p.name for p in OPTIONS
-                                         if p.name.startswith('test_') and 'mcnet_basicsr/weights/' in p.read_text()))
+                                        if p.name.startswith('test_') and 'mcnet_basicsr/weights/' in p.read_text()))
 def test_shipped_weights_load_strictly_into_their_option_files(name):
     """The option files that name shipped weights build networks those weights fit exactly (strict loading)."""
     opt = _load(next(p for p in OPTIONS if p.name == name))
@@ -129,7 +129,7 @@ def test_shipped_weights_stay_within_30_mb():
 
 
 @pytest.mark.parametrize('name', sorted(p.name for p in OPTIONS if p.name.startswith('train_mcnet_')
-                                         and not p.name.startswith('train_mcnet_start_')))
+                                        and not p.name.startswith('train_mcnet_start_')))
 def test_training_options_start_from_a_shipped_dncnn6(name):
     """MCNet training runs from a clean clone: its starting denoiser is one the package ships (trained by
     options/train_dncnn6_sigma_*.yml), and that checkpoint fits the option file's denoiser strictly."""

@@ -233,8 +233,8 @@ def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
 
     run(['-m', 'mcnet_basicsr.autoload', 'install'], env=env, python=python)
     # costs nothing to programs that never import basicsr: neither torch nor our package is loaded
-    proc = run(['-c', 'import sys; print(sorted(m for m in ("torch", "basicsr", "mcnet_basicsr") if m in sys.modules))'],
-               env=env, python=python)
+    probe = 'import sys; print(sorted(m for m in ("torch", "basicsr", "mcnet_basicsr") if m in sys.modules))'
+    proc = run(['-c', probe], env=env, python=python)
     assert proc.stdout.strip() == '[]'
 
     # the README's example: the repository's own option file, from the checkout (its folder is not the repository).

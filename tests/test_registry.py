@@ -18,8 +18,6 @@ from mcnet_basicsr.utils.color import rgb_to_ycbcr
 ARCHS = ('DnCNN', 'SRCNN', 'RDN', 'MCNetArch')
 
 
-
-
 @pytest.mark.slow
 def test_import_registers_every_name():
     """In a fresh interpreter: absent from BasicSR's registries before `import mcnet_basicsr`, present after."""

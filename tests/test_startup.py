@@ -27,16 +27,19 @@ def _tiny_png(tmp_path):
     return path
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_import_registers_for_basicsr_in_a_fresh_interpreter():
     out = _python("import mcnet_basicsr\n"
                   "from basicsr.archs import build_network\n"
                   "net = build_network({'type': 'MCNetArch', 'backbone': 'srcnn', 'operator': "
                   "{'type': 'bicubic', 'scale': 2}})\n"
                   "from basicsr.utils.registry import MODEL_REGISTRY, METRIC_REGISTRY\n"
-                  "print(type(net).__name__, 'MCNetModel' in MODEL_REGISTRY, 'calculate_data_fidelity' in METRIC_REGISTRY)")
+                  "print(type(net).__name__, 'MCNetModel' in MODEL_REGISTRY, "
+                  "'calculate_data_fidelity' in METRIC_REGISTRY)")
     assert out == 'MCNetArch True True'
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_cli_leaves_basicsr_out_then_registers_when_basicsr_comes(tmp_path):
     """The default srcnn run imports none of HEAVY; a later ``import mcnet_basicsr`` plus basicsr (a test, a
     script in the same process) still finds every type, the CLI's deferred registration notwithstanding."""
@@ -55,6 +58,7 @@ def test_cli_leaves_basicsr_out_then_registers_when_basicsr_comes(tmp_path):
     assert (tmp_path / 'out' / 'tiny_x2.png').is_file()
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_register_repairs_a_deferred_import():
     out = _python("import mcnet_basicsr_hook\n"
                   "mcnet_basicsr_hook.defer_registration()\n"
@@ -78,6 +82,7 @@ def test_cli_in_process_after_a_normal_import(tmp_path):
     assert 'MCNetArch' in ARCH_REGISTRY
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_console_main_exits_with_the_status(tmp_path):
     proc = subprocess.run([sys.executable, '-c', 'import mcnet_sr_cli; mcnet_sr_cli.console_main()',
                            str(tmp_path / 'missing.png'), '-o', str(tmp_path / 'out'), '--scale', '2', '--device',

@@ -86,7 +86,7 @@ class PnPADMM(nn.Module):
 
     (:meth:`MCNetArch.fixed_point_map` itself, with ``beta = 0``; ``rho`` then cancels, so the
     iterates do not depend on it). With ``beta = 0`` nothing guarantees a fixed point (with the MCNet
-    authors' DnCNN6, PSNR peaks after 20-50 iterations and then drifts down), so this runs a FIXED
+    authors' DnCNN6, PSNR peaks after a few dozen iterations and then drifts down), so this runs a FIXED
     number of plain iterations (no Anderson, no stopping rule) and returns the last ``x``, which is in
     ``S`` exactly (up to rounding, after a final float64 projection).
 
@@ -97,12 +97,8 @@ class PnPADMM(nn.Module):
     al.'s plain DnCNN17 (BatchNorm, no spectral normalisation). The denoiser is frozen and always in eval
     mode (BatchNorm with running statistics), whatever ``train()`` says.
 
-    Settings of the option files, chosen on Set5 x2 (mean Y-PSNR by iteration, iteration 0 being
-    ``P_S(bicubic)`` at 34.93). Ours: 5/10/20/30/60 iterations 37.06/37.19/37.20/37.19/37.17: 20 (at x4
-    30.23/30.60/30.90/31.00/31.01, still rising at 20). Ryu et al.'s: DnCNN_noise5
-    36.69/37.02/37.19/37.22/37.24 (iterations 5/10/20/30/60, still rising), DnCNN_noise15
-    37.37/37.44/37.44/37.44/37.45 (flat from 10 on), DnCNN_noise40 37.19/37.38/37.42/37.42/37.42: noise15,
-    30 iterations (at x4, iterations 10/30/40: noise15 30.83/30.96/30.96, noise40 30.90/30.85/30.84).
+    The option files' iteration counts and Ryu et al.'s noise level were chosen on Set5 (mean Y-PSNR by
+    iteration; docs/benchmarks.md, "Measurements behind implementation choices").
 
     ``last_stats['forward']`` is a :class:`~mcnet_basicsr.deq.SolverStats` (``iterations`` per
     sample, the relative change ``||F(z) - z|| / ||F(z)||`` of the last step as ``residual``).
@@ -292,11 +288,11 @@ class TVTV(FrozenBackboneMixin, nn.Module):
             :class:`MCNetArch`.
         beta (float): Weight of ``TV(x - w)``, >= 0. Default: 1.0.
         rho (float): ADMM penalty, > 0 (Y in [0, 1]). Default: 300.0.
-        iterations (int): Number of ADMM iterations. Default: 100 (with rho = 300 and the official
-            SRCNN on Set5 x2, PSNR is within 0.001 dB of its 400-iteration value and the objective
-            within 0.05%; rho = 100 and 1000 converge more slowly).
+        iterations (int): Number of ADMM iterations. Default: 100 (with rho = 300 converged to PSNR and
+            objective on Set5 x2; rho = 100 and 1000 converge more slowly; docs/benchmarks.md,
+            "Measurements behind implementation choices").
         tv (str): 'anisotropic' or 'isotropic'. Default: 'anisotropic' (our reading of Vella & Mota's
-            ``||D x||_1``). Set5 x2 on the official SRCNN (36.69 dB): 36.80 anisotropic, 36.81 isotropic.
+            ``||D x||_1``; the two give about the same PSNR).
         eps (float | None): Radius of the consistency ball (Y in [0, 1], per image). Default: None.
         eps_rms (float | None): The same per LR pixel. At most one of ``eps``/``eps_rms``; neither
             means exact consistency (eps = 0).

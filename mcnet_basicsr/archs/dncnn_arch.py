@@ -9,10 +9,10 @@ from mcnet_basicsr.utils.precision import num_threads
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 
 
-# The exact spectral-norm estimate is hundreds of tiny (64 x 64) eigenproblems: threading them gains nothing (4.0 s
-# on one thread vs 5.2 s on two for a DnCNN17, measured on a 2-core machine), and where several trainings share a
-# host, each process's default of one thread per core oversubscribes it so badly that the estimates stalled training
-# for minutes (seen on a 16-core GPU host with 2 to 7 trainings). It runs on one thread, restored afterwards.
+# The exact spectral-norm estimate is hundreds of tiny (64 x 64) eigenproblems: threading them gains nothing, and
+# where several trainings share a host, each process's default of one thread per core oversubscribes it so badly that
+# the estimates stall training (docs/benchmarks.md, "Measurements behind implementation choices"). It runs on one
+# thread, restored afterwards.
 def _one_cpu_thread():
     return num_threads(1)
 
@@ -127,13 +127,12 @@ class _SpectralNormConv2d(nn.Conv2d):
         The 2-D DFT block-diagonalises a circular convolution: its singular values are those of the
         ``out x in`` transfer matrices at the grid frequencies (conjugate frequencies share them, so
         half the grid suffices). Power iteration is no substitute for a fresh estimate: the top
-        singular values cluster, so it stalls (measured: 2% low on a trained 16-channel layer after
-        its relative change fell below 1e-6), and the bound is then that much too loose.
+        singular values cluster, so it stalls short of the top one even once its relative change is tiny,
+        and the bound is then that much too loose.
         """
         w = self.weight.detach()
         n = self.sn_v.shape[-1]
-        # on the CPU: batched small (complex) eigen-solvers are far slower on a GPU (measured ~25 s
-        # for a DnCNN17 on an H100, against ~1 s here)
+        # on the CPU: batched small (complex) eigen-solvers are far slower on a GPU
         with _one_cpu_thread():
             taps = w.double().cpu()
             # largest eigenvalue of the Gram matrix per frequency (Hermitian: cheaper than an SVD) -- of the
@@ -219,7 +218,8 @@ class _SpectralNormConv2d(nn.Conv2d):
             sigma = self.sigma()  # gradient flows through the normalisation
         else:  # no graph needed (e.g. inside a fixed-point solve): the stored estimate, no extra conv
             if not self.is_estimated():
-                raise RuntimeError('spectral norm not estimated yet: call power_iteration() (DnCNN does it in forward).')
+                raise RuntimeError('spectral norm not estimated yet: call power_iteration() '
+                                   '(DnCNN does it in forward).')
             sigma = self.sn_sigma.to(self.weight.dtype)
         return self.weight * torch.clamp(self.bound / sigma, max=1.0)
 
@@ -240,8 +240,8 @@ class DnCNN(nn.Module):
     ``gamma / sqrt(running_var)`` is not bounded, so that network has no Lipschitz guarantee
     (``lipschitz_bounded`` is False; MCNetArch refuses it) -- it is the paper's PnP baseline
     denoiser, whose BN is what lets 17 bounded layers train at all (without it the signal dies
-    out through 16 ReLUs and the network stays the identity). Layer indices in ``self.dncnn`` follow the common DnCNN layout,
-    so state dicts of the MCNet authors' DnCNN6 and of Ryu et al.'s DnCNN17 map by name
+    out through 16 ReLUs and the network stays the identity). Layer indices in ``self.dncnn`` follow the common DnCNN
+    layout, so state dicts of the MCNet authors' DnCNN6 and of Ryu et al.'s DnCNN17 map by name
     (see :func:`convert_dncnn_state_dict`).
 
     Args:
@@ -306,8 +306,8 @@ class DnCNN(nn.Module):
             # Start near the identity (noise estimate ~0). A kernel clipped to its bound is invariant
             # to its own scale, so the gradient cannot shrink it, and BN hands the last conv unit-scale
             # features: from the bound the noise estimate stays far too large for hundreds of steps
-            # (measured on CPU, DnCNN17: 24.4 -> 24.5 dB after 100 steps from the bound, 31.3 dB from
-            # here). Without BN (DnCNN6) this slowed learning slightly, so it is not done there.
+            # (docs/benchmarks.md, "Measurements behind implementation choices"). Without BN (DnCNN6) this
+            # slowed learning slightly, so it is not done there.
             self.dncnn[-1].weight.data.mul_(0.05)
 
     def sn_convs(self):
@@ -379,7 +379,8 @@ def convert_dncnn_state_dict(state_dict):
             continue
         out[k] = v
     if not out:
-        raise KeyError(f'No DnCNN weights (keys containing "dncnn.") in this checkpoint; keys: {list(state_dict)[:8]}...')
+        raise KeyError(f'No DnCNN weights (keys containing "dncnn.") in this checkpoint; '
+                       f'keys: {list(state_dict)[:8]}...')
     return out
 
 

@@ -110,4 +110,3 @@ class IMDN(nn.Module):
             out = getattr(self, f'IMDB{i}')(out)
             outs.append(out)
         return self.upsampler(self.LR_conv(self.c(torch.cat(outs, dim=1))) + fea)
-

@@ -1,4 +1,5 @@
-"""The learned start of :class:`~mcnet_basicsr.archs.mcnet_arch.MCNetArch` (its ``start`` and ``start_path`` options)."""
+"""The learned start of :class:`~mcnet_basicsr.archs.mcnet_arch.MCNetArch` (its ``start`` and ``start_path``
+options)."""
 from torch import nn
 
 from mcnet_basicsr.utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch

@@ -4,7 +4,7 @@ from copy import deepcopy
 import torch
 from torch import nn
 
-from mcnet_basicsr.deq import BackwardStatsHolder, IterateKeeper, SolverConfig, implicit_fixed_point, solve
+from mcnet_basicsr.deq import BackwardStatsHolder, SolverConfig, implicit_fixed_point, solve
 from mcnet_basicsr.ops import (OPERATOR_REGISTRY, build_operator, eps_from_rms, fold_channels, imresize, noisy_radius,
                                repeat_samples, unfold_channels)
 from mcnet_basicsr.utils.checkpoint import encode_record, load_network, saved_record, split_record
@@ -176,7 +176,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             public pieces ``backbone_estimate`` and ``solve`` (the flags are set for the call and restored after
             it; training wraps its backward likewise, see MCNetModel). TF32 rounds convolution inputs to 10-bit
             mantissas, a noise floor of about 1e-4 relative that keeps the fixed-point residual from reaching
-            the 1e-5 a correct implicit gradient needs (seen on H200: forward stalls at 2e-5, backward at 3e-3).
+            the 1e-5 a correct implicit gradient needs (docs/benchmarks.md).
             Default: False.
         start (dict | None): A learned start: a residual CNN ``g`` (:class:`DnCNN` without spectral norm,
             options ``depth`` (default 8) and ``num_feat`` (default 64)) and the solve starts from
@@ -273,10 +273,6 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             raise ValueError(f"solver options take the keys 'forward' and 'backward' only; unknown key(s) {unknown}.")
         self.set_solver(**solver)
         self.last_stats = None
-        self.last_fixed_point = None  # (F, z) of the last solve with grad enabled, see solve
-        # forward iteration counts k whose iterates a solve with grad keeps (MCNetModel's train.fixed_point_correction)
-        self.keep_iterates = ()
-        self.last_iterates = None  # what outputs_at_kept_iterates needs, from the last forward with grad
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -410,21 +406,16 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         without a start keeps the one this arch was built with)."""
         return [k for k in self.state_dict() if k.endswith('_extra_state') or k.startswith('start.')]
 
-    def fixed_point_map(self, w, b, eps, tile=None, grad_order=1, operator=None):
-        """F(z) for z = (x, lam) stacked on channels; closes over w, b and the parameters.
-
-        ``grad_order=2`` makes the second derivatives of F exact too (the eps > 0 projection takes one more
-        Newton step for its multiplier, see ``SeparableDownsample.project``), for gradients of F's Jacobian
-        (``jacobian_frobenius_penalty``); the values are the same up to rounding.
-        """
+    def fixed_point_map(self, w, b, eps, tile=None, operator=None):
+        """F(z) for z = (x, lam) stacked on channels; closes over w, b, the parameters and the operator (default:
+        the layer's)."""
         beta, rho, c = self.beta, self.rho, w.shape[1]
         project = self.measurement_operator(operator).project
-        project_kw = {} if grad_order == 1 else {'grad_order': grad_order}  # operators of other plugins: order 1
 
         def f(z):
             x, lam = z[:, :c], z[:, c:]
             u = self.denoise(x + lam, tile)
-            x_new = project((beta * w + rho * (u - lam)) / (beta + rho), b, eps, **project_kw)
+            x_new = project((beta * w + rho * (u - lam)) / (beta + rho), b, eps)
             return torch.cat([x_new, lam + x_new - u], dim=1)
 
         # eps > 0: the projection finds its multiplier with host-side Newton steps, which a CUDA
@@ -457,12 +448,6 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         the final projection uses ``b`` at full precision, so the consistency of the output is not
         limited by float32 rounding of ``b`` (about 1e-5 on a Set14-sized image).
 
-        With grad enabled (training), ``last_fixed_point`` is then ``(F, z)``: this solve's map (built anew, with
-        exact second derivatives: ``grad_order=2``) and its detached fixed point ``z = F(z*)``, what a Jacobian
-        penalty at the fixed point needs (``mcnet_basicsr.deq.jacobian_frobenius_penalty``, MCNetModel's
-        ``train.jacobian_penalty``). Without grad it is None: inference keeps no reference to its inputs. Likewise,
-        with grad and ``keep_iterates`` set, the solve keeps the iterates :meth:`outputs_at_kept_iterates` needs.
-
         Runs under ``allow_tf32`` itself, as :meth:`backbone_estimate` does: callers that compose the pieces
         (``mcnet-sr``) get the arch's precision, not the process default (PyTorch enables TF32 for cuDNN
         convolutions unless told otherwise, and TF32 keeps this solve from reaching a tight tolerance).
@@ -471,24 +456,14 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             return self._solve(w, b, tile, self.measurement_operator(operator), noise_sigma)
 
     def _solve(self, w, b, tile, operator, noise_sigma):
-        self.last_fixed_point = self.last_iterates = None
         b_exact, b = b, b.to(w.dtype)
         f, z0, eps = self.fixed_point_problem(w, b, tile, operator=operator, noise_sigma=noise_sigma)
-        keeper = IterateKeeper(f, self.keep_iterates) if self.keep_iterates and torch.is_grad_enabled() else None
         if self.extrapolation and not torch.is_grad_enabled():
             z_k, fz_k, fwd_stats = solve(f, z0, self.forward_solver, with_image=True)
             z, bwd = f(self.extrapolated_iterate(z_k, fz_k)), BackwardStatsHolder()  # no backward without grad
         else:
-            z, fwd_stats, bwd = implicit_fixed_point(keeper or f, z0, self.forward_solver, self.backward_solver)
+            z, fwd_stats, bwd = implicit_fixed_point(f, z0, self.forward_solver, self.backward_solver)
         self.last_stats = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
-        if torch.is_grad_enabled():
-            self.last_fixed_point = (self.fixed_point_map(w, b, eps, tile, grad_order=2, operator=operator), z.detach())
-        if keeper is not None:
-            # implicit_fixed_point's last application of F is to the solve's result z*: the iterate a solve that
-            # converged in fewer than k iterations would also have stopped at
-            z_star = keeper.last.detach()
-            self.last_iterates = {'map': f, 'z': {k: keeper.kept.get(k, z_star) for k in self.keep_iterates},
-                                  'cbcr': None}
         return self.consistent_output(z[:, :w.shape[1]], b_exact, eps, operator)
 
     def extrapolated_iterate(self, z, fz):
@@ -512,13 +487,8 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             raise ValueError(f'MCNetArch expects LR images (N, 1 or 3, h, w); got shape {tuple(lr.shape)}.')
         operator = self.measurement_operator(operator)
         w, cbcr = self.backbone_estimate(lr, self.tile)
-        if self.keep_iterates and self.channels == 'rgb':
-            raise ValueError('keep_iterates (train.fixed_point_correction) works with channels: y only.')
-        out = self.solve_measured(lambda w_, b, op, sigma: self.solve(w_, b, self.tile, op, sigma), w, cbcr, lr,
-                                  operator, noise_sigma)
-        if self.last_iterates is not None:
-            self.last_iterates['cbcr'] = cbcr
-        return out
+        return self.solve_measured(lambda w_, b, op, sigma: self.solve(w_, b, self.tile, op, sigma), w, cbcr, lr,
+                                   operator, noise_sigma)
 
     def solve_measured(self, solve, w, cbcr, lr, operator, noise_sigma):
         """``solve(w, b, operator, noise_sigma)`` on what ``channels`` makes consistent, as an image like ``lr``.
@@ -545,22 +515,3 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         if cbcr is None:
             return x
         return ycbcr_to_rgb(torch.cat([x, cbcr], dim=1))
-
-    def outputs_at_kept_iterates(self):
-        """``{k: output}`` for ``k`` in ``keep_iterates``: what the last forward with grad would have returned had
-        its solve stopped after ``k`` iterations (``max_iter = k``), i.e. ``F`` applied to the solve's ``k``-th
-        iterate, its input to the ``k``-th application of ``F`` (the fixed point where the solve converged sooner).
-
-        The gradient flows through that one application of ``F`` only, the iterate being held fixed, as in the
-        fixed-point correction of Bai et al. (2022), "Deep Equilibrium Optical Flow Estimation": a loss on these
-        outputs asks the map to reach a good image from where the solver is after ``k`` iterations, i.e. to
-        converge faster, without differentiating through the solver. Outputs are images like :meth:`forward`'s
-        (RGB for RGB input) without the final float64 projection (a rounding-level difference).
-        """
-        it = self.last_iterates
-        if it is None:
-            raise RuntimeError('MCNetArch.outputs_at_kept_iterates: no iterates were kept; set keep_iterates to the '
-                               'iteration counts wanted and run a forward with grad enabled first.')
-        f, cbcr = it['map'], it['cbcr']
-        with tf32(self.allow_tf32):
-            return {k: self._image(f(z)[:, :z.shape[1] // 2], cbcr) for k, z in it['z'].items()}

@@ -40,7 +40,7 @@ which makes every tile's output exactly what the full-image network gives there.
 fixed-point iteration and its projection ``P_S`` run on the whole image (a few image-sized
 channels; the final ``P_S`` makes the whole output consistent). Solving the layer tile by tile
 instead does not reproduce the untiled result: its fixed point depends on pixels far outside any
-practical overlap (measured max differences 4e-3..1.5e-2 with 24 LR pixels of overlap).
+practical overlap (docs/benchmarks.md, "Measurements behind implementation choices").
 
 Exit status: 0 when every image succeeded (or, with ``--skip-existing``, had all its outputs already), 1 when
 some failed (the others are still written), 2 for a usage/set-up error (bad option, weights, device) before any
@@ -74,11 +74,9 @@ from ..utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_
                                  to_array, write_atomic)
 from ..utils.progress import solver_progress
 from ..utils.tiling import global_ops, needs_tiling, tiles
-from ..zoo.pretrained import build_pretrained_mcnet, check_available, default_eps_rms
+from ..zoo.pretrained import backbone_name, build_pretrained_mcnet, check_available, default_eps_rms
 
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
-BACKBONE_NAMES = {'srcnn': 'SRCNN', 'rcan_compact': 'compact RCAN', 'rdn_compact': 'compact RDN', 'imdn': 'IMDN',
-                  'pan': 'PAN'}
 SUMMARY_FIELDS = ('run', 'input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
                   'bit_depth', 'scale', 'tiles', 'iterations', 'solver_residual', 'eps', 'fidelity', 'fidelity_clipped',
                   'fidelity_saved', 'psnr_bicubic', 'psnr_backbone', 'psnr_mcnet', 'seconds')
@@ -237,7 +235,7 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
     except Exception as err:
         if backbone_path is None:
             raise
-        raise UsageError(f'{backbone_path}: does not fit the {BACKBONE_NAMES[backbone]} backbone '
+        raise UsageError(f'{backbone_path}: does not fit the {backbone_name(backbone)} backbone '
                          f'({_one_line(err, 200)})') from None
     if weights_path is not None:
         load_layer_weights(model, weights_path, scale)
@@ -395,9 +393,9 @@ def prepare_model(args, device, models=None):
                               'cuda_graph': not args.no_cuda_graph and args.tile is None})
     model.extrapolation = args.extrapolation
     if device.type == 'cpu':
-        # oneDNN's channels-last convolutions run the denoiser, i.e. every iteration, about 1.5x faster on the CPU
-        # (float32 throughout; the result moves by float32 rounding only). On the GPU float32 channels-last
-        # convolutions were slower (docs/benchmarks.md). The denoiser runs once per iteration, the backbone once per
+        # oneDNN's channels-last convolutions run the denoiser, i.e. every iteration, faster on the CPU (float32
+        # throughout; the result moves by float32 rounding only). On the GPU float32 channels-last convolutions were
+        # slower (docs/benchmarks.md). The denoiser runs once per iteration, the backbone once per
         # image, so only the denoiser is converted, and the learned start (eight convolutions, once per image: about
         # 1.3 iterations' work)
         model.denoiser.to(memory_format=torch.channels_last)
@@ -445,7 +443,7 @@ def run(args, models=None):
         tiles_txt = f', {row["tiles"]} tiles' if row['tiles'] > 1 else ''
         psnr_txt = ''
         if row.get('psnr_mcnet') is not None:
-            psnr_txt = (f', Y-PSNR bicubic {row["psnr_bicubic"]:.2f} / {BACKBONE_NAMES[args.backbone]} '
+            psnr_txt = (f', Y-PSNR bicubic {row["psnr_bicubic"]:.2f} / {backbone_name(args.backbone)} '
                         f'{row["psnr_backbone"]:.2f} / MCNet {row["psnr_mcnet"]:.2f} dB')
         levels = 255 / (row['in_h'] * row['in_w'])**0.5  # ||Ax-b|| -> rms per LR pixel in 8-bit levels
         tqdm.write(f'{path}: {row["in_w"]}x{row["in_h"]} -> {row["out_w"]}x{row["out_h"]}, '

@@ -62,9 +62,11 @@ class BicubicPairDataset(CleanPatchDataset):
                     break
                 path, img = self._read_uint8(random.randrange(len(self.paths)))
             else:
-                raise ValueError(f'{self.gt_folder}: no image of at least {s}x{s} pixels found in {_MAX_REDRAWS} draws.')
+                raise ValueError(f'{self.gt_folder}: no image of at least {s}x{s} pixels found in {_MAX_REDRAWS} '
+                                 'draws.')
             top, left = random.randint(0, img.shape[0] - s), random.randint(0, img.shape[1] - s)
-            img = augment(img[top:top + s, left:left + s], self.opt.get('use_hflip', True), self.opt.get('use_rot', True))
+            img = augment(img[top:top + s, left:left + s], self.opt.get('use_hflip', True),
+                          self.opt.get('use_rot', True))
         else:
             img = mod_crop(img, self.scale)
         img = np.ascontiguousarray(img)

@@ -22,9 +22,10 @@ class DegradedPairDataset(BicubicPairDataset):
     that ``degradation`` names, rounded to uint8 or kept in float, then Gaussian noise of a std drawn from ``noise``
     per sample added (after the rounding, as the kernel-SR literature's protocol does: a noisy LR is float). The
     sample says how it was made, so that the model tells the layer (``MCNetModel.feed_data``): ``kernel`` (the blur
-    kernel, a float tensor) or ``degradation`` (a resizer's name), and ``noise_sigma`` (the noise std on [0, 1] images). In the test and val phases every image gets the same
-    degradation and noise at every epoch (drawn from ``seed`` and the image's index); in training they are drawn
-    from Python's ``random`` (which BasicSR seeds per worker).
+    kernel, a float tensor) or ``degradation`` (a resizer's name), and ``noise_sigma`` (the noise std on [0, 1]
+    images). In the test and val phases every image gets the same degradation and noise at every epoch (drawn from
+    ``seed`` and the image's index); in training they are drawn from Python's ``random`` (which BasicSR seeds per
+    worker).
 
     Args (``opt`` keys, beside those of :class:`BicubicPairDataset`):
         degradation (dict): One of

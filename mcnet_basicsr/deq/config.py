@@ -26,8 +26,8 @@ PRESETS = {
     'train_backward': {'tol': 1e-4, 'max_iter': 60},
     # the tables (test option files): the output at the converged fixed point, reported with the numbers
     'tables': {'tol': 1e-6, 'max_iter': 300},
-    # build_pretrained_mcnet and mcnet-sr (which tightens tol for the layers that need it, mcnet_sr_cli.DEFAULT_TOL):
-    # within about 0.1 dB of 'tables' at a fraction of the iterations
+    # build_pretrained_mcnet and mcnet-sr (which sets each model's tol from its card, mcnet_basicsr/zoo/models.yml):
+    # near 'tables' at a fraction of the iterations (docs/benchmarks.md)
     'fast': {'tol': 1e-4},
     # the paper's setting: rel. residual 1e-5 or 200 iterations
     'paper': {'max_iter': 200},
@@ -68,7 +68,7 @@ class SolverConfig:
             only: a backward solve runs autograd, which cannot be captured this way.
             The captures of a device share one memory pool, reserved between
             solves (``release_cuda_graph_memory`` hands it back). In training a
-            step is only 2.5% faster (docs/benchmarks.md). Default: False.
+            step gains little (docs/benchmarks.md). Default: False.
     """
 
     solver: str = 'anderson'

@@ -1,8 +1,8 @@
 """Implicit (deep-equilibrium) fixed-point layer with an implicit backward pass.
 
 Design: a function ``implicit_fixed_point(f, z0, forward, backward)`` returning
-``(z_out, forward_stats, backward_holder)``, plus a thin stateful convenience
-wrapper ``ImplicitFixedPoint`` that remembers the stats of its last call.
+``(z_out, forward_stats, backward_holder)``; the holder receives the backward
+solve's statistics when the backward runs.
 
 Forward: ``z* = solve(f, z0)`` under ``no_grad`` (no graph through the solve,
 so memory does not depend on the number of iterations), then ONE
@@ -144,29 +144,3 @@ def implicit_fixed_point(f: Fn, z0: torch.Tensor, forward: Optional[SolverConfig
 
     z_out.register_hook(hook)
     return z_out, fwd_stats, holder
-
-
-class ImplicitFixedPoint:
-    """Stateful convenience wrapper around :func:`implicit_fixed_point`.
-
-    ``layer = ImplicitFixedPoint(forward_cfg, backward_cfg)``;
-    ``z_out, fwd_stats, holder = layer(f, z0)``. After a call,
-    ``layer.last_forward_stats`` is the forward ``SolverStats`` and
-    ``layer.last_backward_stats`` the backward ``SolverStats`` of that call's
-    graph (``None`` until its backward ran).
-    """
-
-    def __init__(self, forward: Optional[SolverConfig] = None, backward: Optional[SolverConfig] = None) -> None:
-        self.forward = SolverConfig() if forward is None else forward
-        self.backward = self.forward if backward is None else backward
-        self.last_forward_stats: Optional[SolverStats] = None
-        self._last_holder: Optional[BackwardStatsHolder] = None
-
-    @property
-    def last_backward_stats(self) -> Optional[SolverStats]:
-        return None if self._last_holder is None else self._last_holder.stats
-
-    def __call__(self, f: Fn, z0: torch.Tensor) -> Tuple[torch.Tensor, SolverStats, BackwardStatsHolder]:
-        z_out, fstats, holder = implicit_fixed_point(f, z0, self.forward, self.backward)
-        self.last_forward_stats, self._last_holder = fstats, holder
-        return z_out, fstats, holder

@@ -113,10 +113,10 @@ class _CaptureResources:
 
     A capture allocates from a private pool that only the graphs recorded into it can use, and PyTorch
     gives a pool's memory back only once all of its graphs are gone *and* the cache is emptied. A new pool
-    per solve therefore kept every finished solve's memory reserved: training with graphs grew by about
-    190 MB per step (batch 32, H100) until a capture ran out of memory. A new side stream per capture
-    added a 32 MB cuBLAS workspace each time (allocated inside the capture, cached per stream for the
-    life of the process).
+    per solve therefore kept every finished solve's memory reserved: training with graphs grew with every
+    step until a capture ran out of memory (docs/benchmarks.md, "Training"). A new side stream per capture
+    added a cuBLAS workspace each time (allocated inside the capture, cached per stream for the life of
+    the process).
 
     Sharing one pool is safe here because the solves on a device run one after another and a solve's
     graphs are never replayed once it returns (PyTorch's condition for sharing: graphs are replayed in
@@ -404,27 +404,3 @@ def solve(f: Fn, z0: torch.Tensor, config: Optional[SolverConfig] = None, with_i
         return fixed_point_solve(f, z0, tol=c.tol, max_iter=c.max_iter, stop=c.stop, cuda_graph=c.cuda_graph,
                                  with_image=with_image)
     raise ValueError(f"unknown solver {c.solver!r}; expected 'anderson' or 'fixed_point'")
-
-
-class IterateKeeper:
-    """A fixed-point map that also keeps detached copies of the iterates it is applied to at given calls.
-
-    ``kept[k]`` is the point of the ``k``-th call (1-based) for ``k`` in ``counts``: a solver's iterate after
-    ``k - 1`` updates, the last one a solve limited to ``k`` iterations evaluates. ``last`` is the point of the
-    latest call (a reference, not a copy: the solvers update their iterate in place, but the final call of
-    ``implicit_fixed_point`` is on its result, a fresh tensor). Counting calls happens on the host, so the map
-    is not capturable into a CUDA graph.
-    """
-
-    capturable = False
-
-    def __init__(self, f, counts):
-        self.f, self.counts = f, frozenset(counts)
-        self.calls, self.kept, self.last = 0, {}, None
-
-    def __call__(self, z):
-        self.calls += 1
-        if self.calls in self.counts:
-            self.kept[self.calls] = z.detach().clone()
-        self.last = z
-        return self.f(z)

@@ -9,13 +9,12 @@ Protocol: HR mod-cropped to the scale, LR = MATLAB bicubic then uint8 (``scripts
 output's Y channel quantised to uint8 (``mcnet_basicsr.metrics.y_uint8_metrics``, logged as ``psnr_y_uint8``),
 PSNR/SSIM on Y against BasicSR's Y of the uint8 HR (crop = scale), and the
 data fidelity ||A x - b||_2 on Y in [0, 1] of the *float* output (mean and max over the set). This protocol
-reproduces the literature's figures to the hundredth (Set5 bicubic 33.670 / 30.398 / 28.426, official SRCNN
-36.660 / 32.754 / 30.489 at x2 / x3 / x4).
+reproduces the literature's bicubic and SRCNN figures to the hundredth (docs/results.md, "Protocol").
 
 Each record: {"method", "backbone", "scale", "dataset", "psnr", "ssim", "fidelity", "fidelity_mean",
 "seconds_per_image", "iterations", "iterations_max", "converged", "residual_max", "images", "option", "device",
 "overrides"}, plus two secondary protocols: "psnr_rgb_uint8" / "ssim_rgb_uint8" (the RGB output quantised to
-uint8 by ``tensor2img``, then Y in float: what BasicSR's own validation prints; 0.005-0.03 dB higher) and
+uint8 by ``tensor2img``, then Y in float: what BasicSR's own validation prints; a little higher) and
 "psnr_float_y" (the float output's Y, not quantised; the paper's secondary protocol). "converged" is the
 fraction of images whose forward solve reached the option file's tolerance and "residual_max" the largest
 relative residual returned; both are None for methods that run a fixed number of iterations (PnP, TV-TV) or none.

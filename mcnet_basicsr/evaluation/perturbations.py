@@ -31,6 +31,7 @@ NOISE_SIGMA = {'noise1': 1.0, 'noise2': 2.0, 'noise5': 5.0}
 # std of Y (BT.601, [0, 1]) per unit std of i.i.d. noise on R, G, B: |(65.481, 128.553, 24.966)| / 255
 Y_NOISE_GAIN = float(np.linalg.norm([65.481, 128.553, 24.966]) / 255.0)
 
+
 def _to_uint8(img):
     return np.clip(np.round(img), 0, 255).astype(np.uint8)
 

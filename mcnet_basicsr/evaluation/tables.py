@@ -217,5 +217,3 @@ def markdown(records, skipped, quick=False):
     if skipped:
         md += '\n## Skipped\n\n' + ''.join(f'- {label} x{s}: {reason}\n' for label, s, reason in skipped)
     return md
-
-

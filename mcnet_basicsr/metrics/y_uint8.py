@@ -13,9 +13,9 @@ def y_uint8_metrics(y, gt_img, crop_border):
     """PSNR and SSIM of the output's *Y channel quantised to uint8* (a Y-channel method's own uint8 output)
     against BasicSR's Y of the uint8 HR (float), with BasicSR's ``calculate_psnr`` / ``calculate_ssim``.
 
-    The protocol of the literature's SRCNN numbers and of DESIGN.md's reference table (Set5 bicubic
-    33.670 / 30.398 / 28.426, official SRCNN 36.660 / 32.754 / 30.489 with crop_border = scale). BasicSR's
-    validation rounds RGB instead (``tensor2img``) and reads 0.005-0.03 dB higher.
+    The protocol of the literature's SRCNN numbers and of DESIGN.md's reference table (crop_border = scale;
+    docs/results.md, "Protocol"). BasicSR's validation rounds RGB instead (``tensor2img``) and reads a little
+    higher.
 
     Args:
         y (Tensor): 1x1xHxW, the output's Y (BT.601) in [0, 1], float.

@@ -38,8 +38,8 @@ class DenoiserModel(SRModel):
       towards their bound (one warm-started power iteration, then ``W <- W min(1, bound / sigma)``),
       so that the raw weights stay near the set the forward pass normalises onto. This is only
       approximate: a warm-started power iteration lags behind the top singular value when the top
-      ones cluster (in tests the raw weights end within ~20% of the bound, like the 1-iteration
-      estimate real-SN training uses). Before every checkpoint the projection is redone with an
+      ones cluster (the raw weights end near the bound, not on it, like the 1-iteration estimate real-SN
+      training uses). Before every checkpoint the projection is redone with an
       exact estimate, so saved weights are within the bound as stored; and a loaded DnCNN
       estimates each operator norm exactly on first use and normalises with it anyway;
     * ``optim_g.type`` may be any torch.optim class;
@@ -58,7 +58,8 @@ class DenoiserModel(SRModel):
         train_opt = self.opt['train']
         rng = train_opt.get('noise_range')
         if not (isinstance(rng, (list, tuple)) and len(rng) == 2):
-            raise ValueError(f'DenoiserModel needs train.noise_range: [lo, hi] (noise std, images in [0, 1]), got {rng!r}.')
+            raise ValueError(f'DenoiserModel needs train.noise_range: [lo, hi] (noise std, images in [0, 1]), '
+                             f'got {rng!r}.')
         lo, hi = (_check_sigma('train.noise_range', v) for v in rng)
         if lo > hi:
             raise ValueError(f'train.noise_range must be [lo, hi] with lo <= hi, got {rng!r}.')
@@ -109,7 +110,8 @@ class DenoiserModel(SRModel):
             self.lq = self.gt + sigma * torch.randn_like(self.gt)
         else:
             if self.val_sigma is None:
-                raise ValueError('DenoiserModel: set val.noise_sigma (noise std of validation/test images, [0, 1] units).')
+                raise ValueError('DenoiserModel: set val.noise_sigma (noise std of validation/test images, '
+                                 '[0, 1] units).')
             paths = data.get('gt_path', data.get('lq_path'))
             if paths is None:
                 raise ValueError("DenoiserModel: validation batches need 'gt_path' (seeds the fixed noise).")
@@ -125,8 +127,8 @@ class DenoiserModel(SRModel):
         A BatchNorm right after a scaled convolution (RealSN-DnCNN) gets its running statistics
         scaled with it (mean by the factor, variance by its square): its input shrank by that factor,
         and statistics left at the old scale make the eval-mode network a different function from
-        the one trained (seen on an H100: a DnCNN17 whose training loss matched the earlier run
-        validated as the identity, 24.86 dB, against 31.85 dB with batch statistics)."""
+        the one trained (a DnCNN17 whose training loss matched validated as the identity; docs/benchmarks.md,
+        "Measurements behind implementation choices")."""
         net = self.get_bare_model(self.net_g if net is None else net)
         dncnns = [m for m in net.modules() if isinstance(m, DnCNN) and m.spectral_norm]
         for dncnn in dncnns:

@@ -16,13 +16,13 @@ class MCNetStartModel(MCNetModel):
     Each step solves the layer on the batch, without a graph, from the start's present guess (the same fixed point,
     reached in fewer iterations as the start learns) to ``train.target_solver``, and takes the pixel loss between the
     guess ``P_S(g(x0))``, ``x0 = P_S(w)``, and that fixed point ``x*`` on Y. The default target solver is the
-    ``train`` preset (rel. tol 1e-5). A target stopped there still misses the fixed point by 7-16% of the standard
-    start's error (SRCNN x2 layer, Set5), yet targets at 1e-6 gave a start no better after the same number of steps
-    (Set5 x2 at tol 2e-5: 19.0 against 19.4 iterations after 4,000 steps) at 2.5 times the step time, so the time is
-    better spent on steps (``docs/benchmarks.md``). The ground truth is not used: the start learns where the layer
-    goes, so the layer's output does not change, only the iterations it takes (validation reports them at
-    ``network_g.solver.forward``, with the PSNR). The log carries ``gap``, ``||P_S(g(x0)) - x*|| / ||x0 - x*||``:
-    the part of the standard start's error the guess leaves (1 for the identity the start begins as).
+    ``train`` preset (rel. tol 1e-5). A target stopped there still misses the fixed point by part of the standard
+    start's error, yet targets at 1e-6 gave a start no better after the same number of steps at a multiple of the
+    step time, so the time is better spent on steps (``docs/benchmarks.md``). The ground truth is not used: the start
+    learns where the layer goes, so the layer's output does not change, only the iterations it takes (validation
+    reports them at ``network_g.solver.forward``, with the PSNR). The log carries ``gap``,
+    ``||P_S(g(x0)) - x*|| / ||x0 - x*||``: the part of the standard start's error the guess leaves (1 for the identity
+    the start begins as).
 
     ``train.target_bank: {size, new_per_step}`` keeps solved pairs ``(x0, x*)`` in a bank on the device: each step
     solves only ``new_per_step`` samples of the batch, puts them in the bank (replacing the oldest) and takes the
@@ -50,9 +50,6 @@ class MCNetStartModel(MCNetModel):
 
     def init_training_settings(self):
         train = self.opt['train']
-        for key in ('jacobian_penalty', 'fixed_point_correction'):
-            if train.get(key) is not None:
-                raise ValueError(f'train.{key} trains the layer; MCNetStartModel fits the start only (remove it).')
         if self.opt['path'].get('pretrain_network_g') is None:
             raise ValueError('MCNetStartModel fits the start of a trained layer: set path.pretrain_network_g to it.')
         train_set = self.opt.get('datasets', {}).get('train', {})
@@ -152,4 +149,3 @@ class TargetBank:
     def draw(self, n):
         index = torch.randperm(self.count, device=self.store[0].device)[:n]
         return [s[index] for s in self.store]
-

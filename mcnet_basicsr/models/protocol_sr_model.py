@@ -17,7 +17,7 @@ class ProtocolSRModel(SRModel):
 
     Per image (``mcnet_basicsr.metrics.image_metrics``): the float data fidelity ``||A x - b||_2`` (Y in [0, 1],
     before the output is quantised), and where the set has ground truth PSNR/SSIM with the output's Y rounded to
-    uint8 (crop = scale; BasicSR's own metrics see the RGB-rounded output and read 0.005-0.03 dB higher), the RGB-
+    uint8 (crop = scale; BasicSR's own metrics see the RGB-rounded output and read a little higher), the RGB-
     uint8 and float-Y PSNR; also the seconds the network took and, for networks that report solver statistics
     (``last_stats``), the iterations, whether the solve converged and its last residual. ``A`` is the network's
     ``operator`` where it has one, else MATLAB bicubic at ``scale``.

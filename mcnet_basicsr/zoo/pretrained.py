@@ -1,5 +1,9 @@
 """The models this project trained and ships (``mcnet_basicsr/weights``), ready to run offline.
 
+Their cards, one per backbone and scale, are ``models.yml`` beside this module (:data:`MODELS`, :func:`model_card`):
+the files, the consistency radius, ``mcnet-sr``'s default tolerance and extrapolation, the learned start and the
+Set5/Set14 scores of each.
+
 * ``srcnn_x{2,3,4}.pth``: our SRCNN 9-5-5 trained on T91 (the official MATLAB models are
   third-party and are not shipped);
 * ``mcnet_srcnn_x{2,3,4}.pth``: the MCNet implicit layer (DnCNN6 + beta) trained on top of the
@@ -14,23 +18,34 @@
 """
 import os.path as osp
 
-from ..archs.backbone_presets_arch import BACKBONE_PRESETS, backbone_options
+import yaml
+
+from ..archs.backbone_presets_arch import backbone_options
 from ..archs.mcnet_arch import MCNetArch
 from ..ops import QUANTIZATION_EPS_RMS
 from ..utils.checkpoint import load_network
 from ..utils.paths import SHIPPED_WEIGHTS_DIR as WEIGHTS_DIR
 from ..utils.registration import build_network
 
-SCALES = (2, 3, 4)
-# every backbone preset (mcnet_basicsr/archs/backbone_presets_arch.py) has layers here
-BACKBONES = tuple(BACKBONE_PRESETS)
-# backbones whose weights are third-party (a path must be given) and the scales their layers ship for
-OFFICIAL_BACKBONES = {'imdn': (3, 4), 'pan': (3, 4)}
-# Learned starts (MCNetArch's ``start``) fitted to the model built here, a shipped layer on the shipped backbone: the
-# same fixed point in fewer iterations. The SRCNN layers were trained on the official SRCNN, whose starts
-# (mcnet_srcnn_x<s>_start.pth, options/test_mcnet_start_srcnn_x*.yml) do not fit our SRCNN's outputs as well.
+MODELS_FILE = osp.join(osp.dirname(osp.abspath(__file__)), 'models.yml')
+with open(MODELS_FILE, encoding='utf-8') as _f:
+    MODELS = yaml.safe_load(_f)  # the model cards (see models.yml for the keys)
+SCALES = tuple(sorted(MODELS['default']))
+BACKBONES = tuple(MODELS['backbones'])
+# the radius names a card may give (eps_rms); None is exact consistency
+EPS_RMS = {None: None, 'quantization': QUANTIZATION_EPS_RMS}
+# the learned start network of every shipped start (MCNetArch's ``start`` options)
 START_OPTIONS = {'depth': 8, 'num_feat': 64}
-STARTS = {('srcnn', s): f'mcnet_srcnn_x{s}_mcnet_sr_start.pth' for s in SCALES}
+
+
+def model_card(backbone, scale):
+    """The card of the shipped model ``backbone`` x``scale`` (a dict, see models.yml), or None if none ships."""
+    return MODELS['backbones'].get(backbone, {}).get('models', {}).get(scale)
+
+
+def backbone_name(backbone):
+    """How ``mcnet-sr`` calls a shipped backbone ('compact RCAN', ...)."""
+    return MODELS['backbones'][backbone]['name']
 
 
 def weight_path(name):
@@ -46,29 +61,33 @@ def _check_scale(scale):
 
 
 def default_eps_rms(backbone):
-    """The consistency radius a shipped layer was trained with: 0 (exact) for SRCNN, the uint8 level else."""
-    return None if backbone == 'srcnn' else QUANTIZATION_EPS_RMS
+    """The consistency radius per LR pixel the shipped layers of ``backbone`` were trained with (their cards'
+    ``eps_rms``): None (exact, eps = 0) for SRCNN, the uint8 level for the others."""
+    return EPS_RMS[MODELS['backbones'][backbone]['eps_rms']]
 
 
 def build_pretrained_srcnn(scale, device='cpu'):
     """Our SRCNN at ``scale`` as an RGB LR -> RGB HR network (Y by SRCNN, CbCr bicubic)."""
-    _check_scale(scale)
-    net = build_network(backbone_options('srcnn', scale))
-    load_network(net, weight_path(f'srcnn_x{scale}.pth'))
-    return net.eval().to(device)
+    return build_pretrained_backbone('srcnn', scale, device)
 
 
 def build_pretrained_backbone(name, scale, device='cpu'):
     """One of our shipped backbones alone, as an RGB LR -> RGB HR network: 'srcnn', 'rcan_compact', 'rdn_compact'."""
-    if name == 'srcnn':
-        return build_pretrained_srcnn(scale, device)
     _check_scale(scale)
-    if name in OFFICIAL_BACKBONES:
+    if name in BACKBONES and _official_weights(name):
         raise ValueError(f'{name}: its official weights are third-party and not shipped; build the arch from '
                          f'backbone_options({name!r}, {scale}) and load them (scripts/fetch_assets.py {name}).')
     net = build_network(backbone_options(name, scale))
-    load_network(net, weight_path(f'{name}_x{scale}.pth'))
+    card = model_card(name, scale)
+    if card is None:
+        raise ValueError(f'No {name} backbone ships for x{scale}; shipped backbones: {", ".join(BACKBONES)}.')
+    load_network(net, weight_path(card['backbone']))
     return net.eval().to(device)
+
+
+def _official_weights(backbone):
+    """Whether ``backbone``'s layers run on its authors' third-party weights (their cards' ``backbone: official``)."""
+    return any(card['backbone'] == 'official' for card in MODELS['backbones'][backbone]['models'].values())
 
 
 def check_available(backbone, scale, backbone_path=None):
@@ -76,13 +95,14 @@ def check_available(backbone, scale, backbone_path=None):
     _check_scale(scale)
     if backbone not in BACKBONES:
         raise ValueError(f'Unknown backbone {backbone!r}; shipped ones: {", ".join(BACKBONES)}.')
-    if backbone in OFFICIAL_BACKBONES:
-        if scale not in OFFICIAL_BACKBONES[backbone]:
-            raise ValueError(f'No MCNet layer ships for {backbone} at x{scale} (none that was trained gains over it: '
-                             'docs/strong_backbones.md); layers exist for x3 and x4.')
-        if backbone_path is None:
-            raise ValueError(f'The official {backbone} weights are not shipped: give their path (the authors\' file '
-                             f'or scripts/fetch_assets.py {backbone} output).')
+    card = model_card(backbone, scale)
+    if card is None:
+        shipped = ' and '.join(f'x{s}' for s in MODELS['backbones'][backbone]['models'])
+        raise ValueError(f'No MCNet layer ships for {backbone} at x{scale} (none that was trained gains over it: '
+                         f'docs/strong_backbones.md); layers exist for {shipped}.')
+    if card['backbone'] == 'official' and backbone_path is None:
+        raise ValueError(f'The official {backbone} weights are not shipped: give their path (the authors\' file '
+                         f'or scripts/fetch_assets.py {backbone} output).')
 
 
 def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, eps_rms=None, solver=None,
@@ -97,20 +117,22 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         solver (dict | None): Forward solver settings over the 'fast' preset (``mcnet_basicsr.deq.PRESETS``).
         backbone (str): 'srcnn' (our SRCNN on the upsampled Y), 'rcan_compact' or 'rdn_compact' (RGB), or
             'imdn' / 'pan' (the official weights, given as ``backbone_path``; layers for x3 and x4).
-        start (bool): Begin each solve at the shipped learned start where one ships for this model (``STARTS``;
-            not with another ``backbone_path``, to whose outputs it was not fitted). The fixed point is the same.
+        start (bool): Begin each solve at the shipped learned start where one ships for this model (its card's
+            ``start``; not with another ``backbone_path``, to whose outputs it was not fitted). The fixed point is the
+            same.
     """
     check_available(backbone, scale, backbone_path)
-    start_file = STARTS.get((backbone, scale)) if start and backbone_path is None else None
+    card = model_card(backbone, scale)
+    start_file = card['start'] if start and backbone_path is None else None
 
     net = MCNetArch(
         backbone=backbone,
-        backbone_path=backbone_path or weight_path(f'{backbone}_x{scale}.pth'),
+        backbone_path=backbone_path or weight_path(card['backbone']),
         operator={'type': 'bicubic', 'scale': scale},
         eps=eps,
         eps_rms=eps_rms,
         solver={'forward': dict({'preset': 'fast'}, **(solver or {}))},
         start=START_OPTIONS if start_file else None,
         start_path=weight_path(start_file) if start_file else None)
-    load_network(net, weight_path(f'mcnet_{backbone}_x{scale}.pth'))  # a layer file: the start keeps its weights
+    load_network(net, weight_path(card['layer']))  # a layer file: the start keeps its weights
     return net.eval().to(device)

@@ -1,0 +1,66 @@
+"""The model cards (``mcnet_basicsr/zoo/models.yml``) against what they describe: the shipped files, the backbone
+presets, the radius names, and the scores recorded for the tables (``docs/records/results.json``)."""
+import json
+import os
+
+import pytest
+
+import mcnet_sr_cli
+from conftest import REPO_ROOT
+from mcnet_basicsr.archs.backbone_presets_arch import BACKBONE_PRESETS
+from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS
+from mcnet_basicsr.zoo import pretrained
+from mcnet_basicsr.zoo.pretrained import MODELS, model_card
+
+CARDS = [(b, s, c) for b, entry in MODELS['backbones'].items() for s, c in entry['models'].items()]
+KEYS = {'backbone', 'layer', 'start', 'tol', 'extrapolation', 'set5', 'set14'}
+# the tables' rows of each card's scores: (record backbone, record backbone_weights) by the card's scored_on
+RECORD_ROW = {'official': lambda b: (b, 'official'), 'shipped': lambda b: (b.replace('_compact', ''), 'ours-compact')}
+
+
+def test_cards_are_complete_and_name_shipped_files():
+    assert set(MODELS) == {'default', 'max_iter', 'backbones'}
+    assert isinstance(MODELS['max_iter'], int) and MODELS['max_iter'] >= 1
+    for b, entry in MODELS['backbones'].items():
+        assert set(entry) == {'name', 'eps_rms', 'scored_on', 'models'}, b
+        assert b in BACKBONE_PRESETS and entry['eps_rms'] in pretrained.EPS_RMS and entry['scored_on'] in RECORD_ROW
+    for b, s, card in CARDS:
+        assert set(card) == KEYS and s in pretrained.SCALES, (b, s)
+        # YAML 1.1 reads 1e-4 (no dot) as a string
+        assert isinstance(card['tol'], float) and 0 < card['tol'] < 1, (b, s, card['tol'])
+        assert isinstance(card['extrapolation'], float) and card['extrapolation'] >= 0, (b, s)
+        for name in (card['layer'], card['start'], card['backbone']):
+            if name not in (None, 'official'):
+                assert os.path.isfile(pretrained.weight_path(name)), name
+        assert card['layer'] is not None
+    for s, b in MODELS['default'].items():
+        assert model_card(b, s) is not None and model_card(b, s)['backbone'] != 'official'  # runs without a path
+
+
+def test_radius_names_are_the_package_constants():
+    assert pretrained.default_eps_rms('srcnn') is None
+    assert pretrained.default_eps_rms('rcan_compact') == QUANTIZATION_EPS_RMS
+
+
+@pytest.mark.parametrize('backbone, scale', [(b, s) for b, s, _ in CARDS])
+def test_scores_are_the_recorded_tables(backbone, scale):
+    """Each card's Set5/Set14 [PSNR, SSIM] is its row of the tables' records, rounded as docs/results.md prints it."""
+    records = json.loads((REPO_ROOT / 'docs' / 'records' / 'results.json').read_text())
+    row = RECORD_ROW[MODELS['backbones'][backbone]['scored_on']](backbone)
+    card = model_card(backbone, scale)
+    for dataset in ('Set5', 'Set14'):
+        rec, = [r for r in records if r['method'] == 'mcnet' and (r['backbone'], r['backbone_weights']) == row
+                and r['scale'] == scale and r['dataset'] == dataset]
+        assert card[dataset.lower()] == [round(rec['psnr'], 2), round(rec['ssim'], 4)], (backbone, scale, dataset)
+
+
+def test_unshipped_pairs_are_refused_with_the_shipped_scales():
+    for b, entry in MODELS['backbones'].items():
+        for s in set(pretrained.SCALES) - set(entry['models']):
+            assert model_card(b, s) is None and mcnet_sr_cli.default_tol(b, s) is None
+            with pytest.raises(ValueError, match=f'No MCNet layer ships for {b} at x{s}.*layers exist for x3 and x4'):
+                pretrained.check_available(b, s, backbone_path='weights.pth')
+    with pytest.raises(ValueError, match='official imdn weights are not shipped'):
+        pretrained.check_available('imdn', 4)
+    with pytest.raises(ValueError, match='third-party and not shipped'):
+        pretrained.build_pretrained_backbone('pan', 3)
