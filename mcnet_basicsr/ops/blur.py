@@ -210,12 +210,15 @@ class BlurDownsample(DownsampleOperator):
         if w % 2 == 0:
             weights[-1] = 1.0
         inv_power = torch.where(keep, 1.0 / stand_in, 0.0).to(dtype)
-        if not self.per_sample:
-            spectra, inv_power, keep, stand_in = spectra[0], inv_power[0], keep[0], stand_in[0]
-        else:
+        energy_weights = keep * (weights / (h * w))  # Parseval, conjugate pairs, and no energy where dropped
+        if self.per_sample:
             spectra, inv_power = spectra[:, None], inv_power[:, None]  # a channel axis to broadcast over
-        entry = {'spectra': spectra, 'inv_power': inv_power, 'keep': keep.flatten(-2).to(torch.float64),
-                 'sig': stand_in.flatten(-2), 'weights': weights / (h * w)}
+        else:  # one kernel for every sample: no kernel axis
+            spectra, inv_power, keep = spectra[0], inv_power[0], keep[0]
+            stand_in, energy_weights = stand_in[0], energy_weights[0]
+        entry = {'spectra': spectra, 'inv_power': inv_power, 'sig': stand_in.flatten(-2),
+                 'keep': None if bool(keep.all()) else keep.flatten(-2).to(torch.float64),
+                 'energy_weights': energy_weights.flatten(-2)}
         self._spectra[key] = entry
         while len(self._spectra) > self.cache_size:
             self._spectra.popitem(last=False)
@@ -315,8 +318,10 @@ class BlurDownsample(DownsampleOperator):
             coef = entry['inv_power']
         else:
             energy = torch.view_as_real(residual).to(torch.float64).square().sum((1, -1))  # (N, h, w // 2 + 1)
-            energy = (energy * entry['weights']).flatten(1) * entry['keep']
-            coef = projection_coefficients(energy, entry['sig'], eps_t) * entry['keep']
+            energy = energy.flatten(1) * entry['energy_weights']
+            coef = projection_coefficients(energy, entry['sig'], eps_t)
+            if entry['keep'] is not None:
+                coef = coef * entry['keep']
             coef = coef.view(n, 1, h, -1).to(dtype)
             # samples inside their ball (the solver's own test) return x itself, not its FFT round trip
             inside = (eps_t.detach() > 0) & (energy.detach().sum(1).sqrt() <= eps_t.detach())
