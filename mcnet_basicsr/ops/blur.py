@@ -327,7 +327,9 @@ class BlurDownsample(DownsampleOperator):
             inside = (eps_t.detach() > 0) & (energy.detach().sum(1).sqrt() <= eps_t.detach())
         step = (coef * residual)[:, :, None]  # (N, C, 1, h, w // 2 + 1)
         size = chunks[0].shape[2]
-        corrected = [torch.addcmul(part, g.conj(), step, value=-1) for g, part in zip(spectra.split(size, -3), chunks)]
+        # in place: autograd keeps no component spectrum (the kernel's spectra are constants), and a large image
+        # spares a copy of them all
+        corrected = [part.addcmul_(g.conj(), step, value=-1) for g, part in zip(spectra.split(size, -3), chunks)]
         out = self._merge(corrected, w).to(x.dtype)
         return out if inside is None else torch.where(inside[:, None, None, None], x, out)
 
