@@ -27,8 +27,8 @@ magnitude below ``max(d)``, where a float32 correction ``R / d`` is mostly round
 ``d(v) <= floor * max(d)`` (per kernel) are treated as outside the range of A: the projection does not correct them
 (the pseudo-inverse of ``A A^T`` drops them), so ``A P(x) = b`` holds exactly on every other component and the
 residual left is the (tiny) part of ``A x - b`` on those. With ``eps > 0`` the ball constrains the residual on the
-kept components: ``P(x) = x`` when that part is within ``eps``. The default floor keeps every component of USRNet's
-12 kernels at x2-x4 on BSD68-sized images (``docs/benchmarks.md``).
+kept components: ``P(x) = x`` when that part is within ``eps``. The default was chosen on USRNet's 12 kernels at
+x2-x4 (``docs/benchmarks.md``, the blur operator).
 
 Cached per (HR size, dtype, device), in a small LRU on the instance: the polyphase spectra ``G_pq`` (products of the
 taps' phase tables, in the input's dtype on its device: no FFT of a padded kernel) and ``d`` (float64, the LR DFT of
