@@ -102,16 +102,24 @@ def spectrum_rows(kernels, scales, photo_path=None):
     return spectra, feasibility
 
 
+def _tail(path):
+    """The last two components of a path (``usrnet/kernels_12.mat``): records name the data, not where it lies."""
+    return '/'.join(osp.normpath(path).split(os.sep)[-2:])
+
+
 def blur_record(kernel_file, photo_folder=None, scales=(2, 3, 4), lr=1024, repeats=15, threads=(1, 2), index=0,
-                command=None):
+                argv=None):
     """Everything above as one JSON-ready dict: timings of kernel ``index`` per thread count, spectra of every kernel
-    of ``kernel_file``, feasibility on the first photo of ``photo_folder`` (when given)."""
+    of ``kernel_file``, feasibility on the first photo of ``photo_folder`` (when given); ``argv``, the command line
+    that asked for it, is recorded with those two paths cut to their last two components."""
     kernels = kernel_stack(kernel_file)
+    paths = {kernel_file, photo_folder}
+    command = None if argv is None else ' '.join(['python'] + [_tail(a) if a in paths else a for a in argv])
     # the process's first projection loads FFT libraries: not part of any row
     BlurDownsample(2, kernels[0]).project(torch.rand(1, 1, 64, 64), torch.rand(1, 1, 32, 32), 0.1)
     record = {'command': command, 'machine': device_name(CPU), 'cpu_count': os.cpu_count(),
               'torch': torch.__version__, 'dtype': 'float32', 'repeats': repeats,
-              'kernel_file': osp.basename(kernel_file), 'kernels': len(kernels), 'timed_kernel': index,
+              'kernel_file': _tail(kernel_file), 'kernels': len(kernels), 'timed_kernel': index,
               'timed_kernel_shape': list(kernels[index].shape), 'floor': DEFAULT_FLOOR, 'timing': []}
     for count in threads:
         record['timing'] += timing_rows(kernels[index], scales, lr, repeats, count)

@@ -110,7 +110,7 @@ def main():
     parser.add_argument('--blur', nargs='+', metavar='PATH', help='KERNEL_FILE [PHOTO_FOLDER]: see above')
     args = parser.parse_args()
     if args.blur:
-        record = blur_record(*args.blur, scales=args.scales, repeats=args.repeats, command=' '.join(sys.argv))
+        record = blur_record(*args.blur, scales=args.scales, repeats=args.repeats, argv=sys.argv)
         if not args.out:
             return print(json.dumps(record, indent=1))
         with open(args.out, 'w') as f:
