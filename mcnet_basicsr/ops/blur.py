@@ -23,12 +23,13 @@ floating-point rounding, nothing iterates in the image space. Real FFTs througho
 each spectrum keeps its ``w // 2 + 1`` non-redundant columns, and the energies count the others twice.
 
 Near-zero aliased spectrum: a wide kernel at a small scale (or a motion blur) can have ``d(v)`` many orders of
-magnitude below ``max(d)``, where a float32 correction ``R / d`` is mostly rounding error. Components with
-``d(v) <= floor * max(d)`` (per kernel) are treated as outside the range of A: the projection does not correct them
-(the pseudo-inverse of ``A A^T`` drops them), so ``A P(x) = b`` holds exactly on every other component and the
-residual left is the (tiny) part of ``A x - b`` on those. With ``eps > 0`` the ball constrains the residual on the
-kept components: ``P(x) = x`` when that part is within ``eps``. The default was chosen on USRNet's 12 kernels at
-x2-x4 (``docs/records/blur_ops_cpu.json``).
+magnitude below ``max(d)``, and a kernel whose spectrum vanishes on all ``s x s`` aliases of a frequency (a box of
+width 2 s, say) has ``d(v) = 0`` there, which floating point gives as rounding noise: a correction ``R / d`` would be
+that noise amplified. Components with ``d(v) <= floor * max(d)`` (per kernel) are treated as outside the range of A:
+the projection does not correct them (the pseudo-inverse of ``A A^T`` drops them), so ``A P(x) = b`` holds exactly
+on every other component and the residual left is the (tiny) part of ``A x - b`` on those. With ``eps > 0`` the ball
+constrains the residual on the kept components: ``P(x) = x`` when that part is within ``eps``. The default was chosen
+on USRNet's 12 kernels at x2-x4 (``docs/records/blur_ops_cpu.json``).
 
 Cached per (HR size, dtype, device), in a small LRU on the instance: the polyphase spectra ``G_pq`` (products of the
 taps' phase tables, in the input's dtype on its device: no FFT of a padded kernel) and ``d`` (float64, the LR DFT of
