@@ -12,18 +12,26 @@ on a new size of a fresh operator):
 
 basicsr's ``imresize`` (a Python loop over output rows/columns, float32, one image at a time) is
 timed on the same downscale, on CPU, looping over the batch as a data pipeline would.
+
+``--blur KERNEL_FILE [PHOTO_FOLDER]`` measures the ``blur`` operator instead (CPU, float32; ``--out``: its JSON record;
+what it holds: ``blur_benchmark.blur_record``):
+
+    python scripts/benchmark_ops.py --blur kernels_12.mat CBSD68/HR --scales 2 3 4 --out docs/records/blur_ops_cpu.json
 """
 import argparse
+import json
 import os.path as osp
 import platform
 import statistics
 import sys
-import time
 
 import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
 
 import numpy as np
 import torch
+
+from blur_benchmark import blur_record
+from timing import call_ms, median_ms
 
 from mcnet_basicsr.ops import DEGRADATIONS, QUANTIZATION_EPS_RMS, build_operator, eps_from_rms
 
@@ -35,32 +43,6 @@ def parse_shape(text):
     return tuple(parts)
 
 
-def timeit(fn, device, repeats, warmup=2):
-    """Median wall-clock milliseconds of ``fn()`` (CUDA-synchronised)."""
-    for _ in range(warmup):
-        fn()
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
-def first_call_ms(fn, device):
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    fn()
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) * 1e3
-
-
 def bench_basicsr(shape, scale, repeats):
     from basicsr.utils.matlab_functions import imresize as basicsr_imresize
     n, c, h, w = shape
@@ -70,7 +52,7 @@ def bench_basicsr(shape, scale, repeats):
         for img in imgs:
             basicsr_imresize(img, 1 / scale)
 
-    return timeit(run, torch.device('cpu'), max(1, repeats // 4), warmup=1)
+    return median_ms(run, torch.device('cpu'), max(1, repeats // 4), warmup=1)
 
 
 def bench(op_type, shape, scale, device, dtype, repeats, with_basicsr):
@@ -82,12 +64,12 @@ def bench(op_type, shape, scale, device, dtype, repeats, with_basicsr):
 
     def first_project_ms(e):  # a new size's set-up on fresh operators, median of several: one call is noisy
         fresh = lambda: build_operator(opt).project(x, b, e)  # noqa: E731
-        return statistics.median(first_call_ms(fresh, device) for _ in range(max(1, min(repeats, 5))))
+        return statistics.median(call_ms(fresh, device) for _ in range(max(1, min(repeats, 5))))
     row = {'first_project': first_project_ms(0.0), 'first_project_eps': first_project_ms(eps)}
-    row['forward'] = timeit(lambda: op(x), device, repeats)
-    row['adjoint'] = timeit(lambda: op.adjoint(b), device, repeats)
-    row['project0'] = timeit(lambda: op.project(x, b, 0.0), device, repeats)
-    row['project_eps'] = timeit(lambda: op.project(x, b, eps), device, repeats)
+    row['forward'] = median_ms(lambda: op(x), device, repeats, warmup=2)
+    row['adjoint'] = median_ms(lambda: op.adjoint(b), device, repeats, warmup=2)
+    row['project0'] = median_ms(lambda: op.project(x, b, 0.0), device, repeats, warmup=2)
+    row['project_eps'] = median_ms(lambda: op.project(x, b, eps), device, repeats, warmup=2)
     row['basicsr'] = bench_basicsr(shape, scale, repeats) if with_basicsr else None
     return row
 
@@ -111,7 +93,7 @@ def process_first_calls(devices, dtype):
     """The first eps = 0 and eps > 0 projections of the process on each device (one-off library loading)."""
     def ms(device, eps):
         x, b = (torch.rand(1, 1, n, n, dtype=dtype, device=device) for n in (64, 32))
-        return fmt(first_call_ms(lambda: build_operator({'type': 'bicubic', 'scale': 2}).project(x, b, eps), device))
+        return fmt(call_ms(lambda: build_operator({'type': 'bicubic', 'scale': 2}).project(x, b, eps), device))
     return ', '.join(f'{d.type} {ms(d, 0.0)} / {ms(d, 1e-3)}' for d in devices)
 
 
@@ -128,7 +110,15 @@ def main():
     parser.add_argument('--note', default='', help='free text appended to the machine line')
     parser.add_argument('--out', default=None, help='append the table to this markdown file (created if missing)')
     parser.add_argument('--overwrite', action='store_true', help='with --out: replace the file instead of appending')
+    parser.add_argument('--blur', nargs='+', metavar='PATH', help='KERNEL_FILE [PHOTO_FOLDER]: see above')
     args = parser.parse_args()
+    if args.blur:
+        record = blur_record(*args.blur, scales=args.scales, repeats=args.repeats, argv=sys.argv)
+        if not args.out:
+            return print(json.dumps(record, indent=1))
+        with open(args.out, 'w') as f:
+            f.write(json.dumps(record, indent=1) + '\n')
+        return print(f'wrote {args.out}', file=sys.stderr)
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -40,6 +40,15 @@ def median_ms(fn, device, repeats, warmup=1):
     return statistics.median(times)
 
 
+def call_ms(fn, device):
+    """Wall-clock time (ms) of one synchronised call ``fn()`` (a first call, say)."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return (time.perf_counter() - t0) * 1e3
+
+
 def device_name(device):
     return torch.cuda.get_device_name(device) if device.type == 'cuda' else f'cpu ({platform.machine()})'
 

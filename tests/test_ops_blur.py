@@ -249,8 +249,11 @@ def test_gradcheck_project_eps0():
     assert torch.autograd.gradcheck(lambda x_, b_: op.project(x_, b_, 0.0), (x, b))
 
 
-def test_gradcheck_project_eps_positive():
+@pytest.mark.parametrize('per_component', [False, True], ids=['batched', 'per_component'])
+def test_gradcheck_project_eps_positive(per_component):
     op = BlurDownsample(3, random_kernel(4, 4), offset=0)
+    if per_component:
+        looped(op)
     x, b = random_problem(op, 1, 2, 9, 6, seed=4)
     eps = (0.3 * op.residual_norm(x, b)).detach()
     x.requires_grad_(), b.requires_grad_(), eps.requires_grad_()

@@ -23,12 +23,13 @@ floating-point rounding, nothing iterates in the image space. Real FFTs througho
 each spectrum keeps its ``w // 2 + 1`` non-redundant columns, and the energies count the others twice.
 
 Near-zero aliased spectrum: a wide kernel at a small scale (or a motion blur) can have ``d(v)`` many orders of
-magnitude below ``max(d)``, where a float32 correction ``R / d`` is mostly rounding error. Components with
-``d(v) <= floor * max(d)`` (per kernel) are treated as outside the range of A: the projection does not correct them
-(the pseudo-inverse of ``A A^T`` drops them), so ``A P(x) = b`` holds exactly on every other component and the
-residual left is the (tiny) part of ``A x - b`` on those. With ``eps > 0`` the ball constrains the residual on the
-kept components: ``P(x) = x`` when that part is within ``eps``. The default floor keeps every component of USRNet's
-12 kernels at x2-x4 on BSD68-sized images (``docs/benchmarks.md``).
+magnitude below ``max(d)``, and a kernel whose spectrum vanishes on all ``s x s`` aliases of a frequency (a box of
+width 2 s, say) has ``d(v) = 0`` there, which floating point gives as rounding noise: a correction ``R / d`` would be
+that noise amplified. Components with ``d(v) <= floor * max(d)`` (per kernel) are treated as outside the range of A:
+the projection does not correct them (the pseudo-inverse of ``A A^T`` drops them), so ``A P(x) = b`` holds exactly
+on every other component and the residual left is the (tiny) part of ``A x - b`` on those. With ``eps > 0`` the ball
+constrains the residual on the kept components: ``P(x) = x`` when that part is within ``eps``. The default was chosen
+on USRNet's 12 kernels at x2-x4 (``docs/records/blur_ops_cpu.json``).
 
 Cached per (HR size, dtype, device), in a small LRU on the instance: the polyphase spectra ``G_pq`` (products of the
 taps' phase tables, in the input's dtype on its device: no FFT of a padded kernel) and ``d`` (float64, the LR DFT of
@@ -217,12 +218,15 @@ class BlurDownsample(DownsampleOperator):
         if w % 2 == 0:
             weights[-1] = 1.0
         inv_power = torch.where(keep, 1.0 / stand_in, 0.0).to(dtype)
-        if not self.per_sample:
-            spectra, inv_power, keep, stand_in = spectra[0], inv_power[0], keep[0], stand_in[0]
-        else:
+        energy_weights = keep * (weights / (h * w))  # Parseval, conjugate pairs, and no energy where dropped
+        if self.per_sample:
             spectra, inv_power = spectra[:, None], inv_power[:, None]  # a channel axis to broadcast over
-        entry = {'spectra': spectra, 'inv_power': inv_power, 'keep': keep.flatten(-2).to(torch.float64),
-                 'sig': stand_in.flatten(-2), 'weights': weights / (h * w)}
+        else:  # one kernel for every sample: no kernel axis
+            spectra, inv_power, keep = spectra[0], inv_power[0], keep[0]
+            stand_in, energy_weights = stand_in[0], energy_weights[0]
+        entry = {'spectra': spectra, 'inv_power': inv_power, 'sig': stand_in.flatten(-2),
+                 'keep': None if bool(keep.all()) else keep.flatten(-2).to(torch.float64),
+                 'energy_weights': energy_weights.flatten(-2)}
         self._spectra[key] = entry
         while len(self._spectra) > self.cache_size:
             self._spectra.popitem(last=False)
@@ -322,14 +326,18 @@ class BlurDownsample(DownsampleOperator):
             coef = entry['inv_power']
         else:
             energy = torch.view_as_real(residual).to(torch.float64).square().sum((1, -1))  # (N, h, w // 2 + 1)
-            energy = (energy * entry['weights']).flatten(1) * entry['keep']
-            coef = projection_coefficients(energy, entry['sig'], eps_t) * entry['keep']
+            energy = energy.flatten(1) * entry['energy_weights']
+            coef = projection_coefficients(energy, entry['sig'], eps_t)
+            if entry['keep'] is not None:
+                coef = coef * entry['keep']
             coef = coef.view(n, 1, h, -1).to(dtype)
             # samples inside their ball (the solver's own test) return x itself, not its FFT round trip
             inside = (eps_t.detach() > 0) & (energy.detach().sum(1).sqrt() <= eps_t.detach())
         step = (coef * residual)[:, :, None]  # (N, C, 1, h, w // 2 + 1)
         size = chunks[0].shape[2]
-        corrected = [torch.addcmul(part, g.conj(), step, value=-1) for g, part in zip(spectra.split(size, -3), chunks)]
+        # in place: autograd keeps no component spectrum (the kernel's spectra are constants), and a large image
+        # spares a copy of them all
+        corrected = [part.addcmul_(g.conj(), step, value=-1) for g, part in zip(spectra.split(size, -3), chunks)]
         out = self._merge(corrected, w).to(x.dtype)
         return out if inside is None else torch.where(inside[:, None, None, None], x, out)
 

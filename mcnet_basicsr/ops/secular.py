@@ -93,7 +93,6 @@ def projection_coefficients(energy, sig, eps):
     Returns:
         Tensor: (N, K) float64.
     """
-    exact = torch.broadcast_to(1.0 / sig, energy.shape)  # eps = 0: c = 1 / sig
     is_zero = eps.detach() == 0
     mu_root = solve_secular_equation(energy.detach(), sig, eps.detach())
     outside = mu_root > 0
@@ -101,7 +100,8 @@ def projection_coefficients(energy, sig, eps):
     # One differentiable Newton step at the root: value mu_root (phi ~ 0 there), gradient
     # -(dphi/dtheta) / phi'(mu) for theta = r (hence x, b) and eps: the implicit-function theorem.
     # Inside / eps = 0 samples get harmless stand-in values (no 0/0 in the backward pass).
-    safe_energy = torch.where(outside[:, None], energy, torch.ones_like(energy))
+    all_outside = bool(outside.all())  # the solver has synchronised with the host already
+    safe_energy = energy if all_outside else torch.where(outside[:, None], energy, torch.ones_like(energy))
     safe_eps = torch.where(outside, eps, torch.ones_like(eps))
     inv = (mu_root[:, None] * sig).add(1.0).reciprocal()
     f = torch.linalg.vecdot(safe_energy, inv.square())
@@ -111,4 +111,6 @@ def projection_coefficients(energy, sig, eps):
     mu = mu_root - phi_root / dphi
     mu = torch.where(outside, mu, torch.zeros_like(mu_root))[:, None]
     soft = mu / (1.0 + mu * sig)  # 0 for samples inside their set: P(x) = x
-    return torch.where(is_zero[:, None], exact, soft)
+    if all_outside or not bool(is_zero.any()):
+        return soft
+    return torch.where(is_zero[:, None], torch.broadcast_to(1.0 / sig, energy.shape), soft)  # eps = 0: c = 1 / sig
