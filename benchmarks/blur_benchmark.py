@@ -1,6 +1,6 @@
 """Measuring the ``blur`` operator (:class:`~mcnet_basicsr.ops.BlurDownsample`) on the CPU
-(``benchmarks/benchmark_ops.py --blur`` runs it): the speed of its projection on a new size and later, and, per kernel of a kernel file, how spread
-its aliased spectrum is and how feasible float32 projections are.
+(``benchmarks/benchmark_ops.py --blur`` runs it): the speed of its projection on a new size and later, and, per
+kernel of a kernel file, how spread its aliased spectrum is and how feasible float32 projections are.
 """
 import math
 import os
