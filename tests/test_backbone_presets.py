@@ -39,7 +39,7 @@ def test_preset_is_the_layout_of_the_shipped_backbone(name, scale):
 def test_shipped_layers_load_strictly_on_their_preset(layer):
     """A layer records the backbone type and scale it was trained on; loading checks that record."""
     name, scale = layer[len('mcnet_'):].rsplit('_x', 1)
-    scale = int(scale)
+    name, scale = name.removesuffix('_kernels'), int(scale)  # mcnet_<backbone>_kernels_x<s>: trained on blur kernels
     backbone_path = WEIGHTS / f'{name}_x{scale}.pth'
     net = MCNetArch(backbone=name, operator={'type': 'bicubic', 'scale': scale},
                     backbone_path=str(backbone_path) if backbone_path.is_file() else None)

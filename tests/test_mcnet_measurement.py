@@ -192,3 +192,18 @@ def test_per_sample_blur_kernels_on_every_channel():
     with torch.no_grad():
         out = net(b, operator=op)
     assert float((op(out) - b).flatten(2).norm(dim=2).max()) < 1e-10
+
+
+def test_the_backbone_sees_the_lr_clipped_to_its_training_range(lrs):
+    """Noisy float LR leaves [0, 1]; the backbone is fed the clipped image, the measurement stays the LR as given."""
+    net = make_net(channels='rgb', operator=GAUSS)
+    noisy = lrs + 0.2 * torch.randn(lrs.shape, generator=torch.Generator().manual_seed(0), dtype=DT)
+    assert float(noisy.min()) < 0 and float(noisy.max()) > 1
+    with torch.no_grad():
+        w, cbcr = net.run_backbone(noisy)
+        w_clip, cbcr_clip = net.run_backbone(noisy.clamp(0, 1))
+        assert torch.equal(w, w_clip) and torch.equal(cbcr, cbcr_clip)
+        out = net(noisy, noise_sigma=0.2)
+    op = build_operator(GAUSS)
+    res = (op(out) - noisy).flatten(2).norm(dim=2)
+    assert float(res.max()) <= 0.2 * math.sqrt(lrs[0, 0].numel()) * (1 + 1e-9)

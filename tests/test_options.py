@@ -40,14 +40,15 @@ def test_option_file_is_consistent_with_its_scale(path):
     for ds in opt.get('datasets', {}).values():
         for key in ('dataroot_gt', 'dataroot_lq'):
             root = ds.get(key)
-            # DenoiserModel and BicubicPairDataset read HR images only (any scale's; the LR is made from them)
-            if root is None or opt['model_type'] == 'DenoiserModel' or ds['type'] == 'BicubicPairDataset':
+            # DenoiserModel, BicubicPairDataset and DegradedPairDataset read HR images only (the LR is made from them)
+            if root is None or opt['model_type'] == 'DenoiserModel' or ds['type'] in ('BicubicPairDataset',
+                                                                                        'DegradedPairDataset'):
                 continue
             if root.endswith('.lmdb'):
                 assert root.endswith(f'_x{s}.lmdb'), (key, root)
             else:
                 assert root.endswith(f'HR_mod{s}') or root.endswith(f'X{s}'), (key, root)
-    for metric in opt['val']['metrics'].values():
+    for metric in (opt['val'].get('metrics') or {}).values():
         if 'crop_border' in metric:
             assert metric['crop_border'] == s
         if metric['type'] == 'calculate_data_fidelity':

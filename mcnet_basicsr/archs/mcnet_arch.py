@@ -316,7 +316,12 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
 
     @torch.no_grad()
     def run_backbone(self, lr):
-        """Backbone estimate at HR size: (Y, CbCr or None) from LR in [0, 1]."""
+        """Backbone estimate at HR size: (Y, CbCr or None) from LR in [0, 1].
+
+        The backbone sees the LR clipped to [0, 1], the range of the images it was trained on (noisy float LR goes
+        beyond it, and some networks, PAN among them, answer values outside it with outputs far outside it); the
+        layer's measurement ``b`` is the LR as given."""
+        lr = lr.clamp(0, 1)
         rgb = lr.shape[1] == 3
         if rgb and self.backbone_channels == 1:
             ycbcr_lr = rgb_to_ycbcr(lr)
