@@ -2,7 +2,7 @@
 rows (``mcnet_basicsr.evaluation.kernel_table``).
 
     python scripts/kernel_table.py --rows imdn mcnet_imdn --families x3 x4 --out results/kernel_table.json
-    python scripts/kernel_table.py --render results/kernel_table.json         # markdown table with published rows
+    python scripts/kernel_table.py --render results/kernel_table.json        # markdown table with published rows
 
 Data: ``python scripts/fetch_assets.py CBSD68 usrnet_kernels imdn pan``.
 """
@@ -29,7 +29,7 @@ def parse_args(argv):
                    help='start no new cell after S seconds (the record keeps what is done; run again to go on)')
     p.add_argument('--data', default='datasets', help='folder with CBSD68/HR and kernels/kernels_12.mat')
     p.add_argument('--out', help='JSON record to write (rows are merged into an existing one)')
-    p.add_argument('--render', metavar='JSON', help='print the table of a record beside the published rows')
+    p.add_argument('--render', nargs='+', metavar='JSON', help='print the table of records beside the published rows')
     p.add_argument('--published', default=osp.join('docs', 'records', 'usrnet_table1_published.tsv'))
     args = p.parse_args(argv)
     if not args.render and not (args.rows and args.out):

@@ -175,15 +175,17 @@ def read_published(path):
     return header, rows
 
 
-def render(record_path, published_path):
-    """The markdown table of a record's cells beside the published rows of ``published_path``, per family."""
-    with open(record_path) as f:
-        record = json.load(f)
+def render(record_paths, published_path):
+    """The markdown table of the records' cells (later records' cells replace earlier ones) beside the published rows
+    of ``published_path``, per family."""
     _, published = read_published(published_path)
     ours = {}
-    for key, cell in record['cells'].items():
-        row, fam, k = key.split('|')
-        ours.setdefault((row, fam), {})[int(k[1:])] = cell['psnr']
+    for record_path in record_paths:
+        with open(record_path) as f:
+            record = json.load(f)
+        for key, cell in record['cells'].items():
+            row, fam, k = key.split('|')
+            ours.setdefault((row, fam), {})[int(k[1:])] = cell['psnr']
     lines = []
     for fam in FAMILIES:
         entries = [(f'{m} (published)', v) for (m, f_), v in published.items() if f_ == fam]
