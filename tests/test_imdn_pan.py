@@ -144,7 +144,8 @@ def test_a_layer_records_its_backbone_and_scale():
                               'operator': {'type': 'bicubic', 'scale': scale}})
 
     state = layer('IMDN', 4).state_dict()
-    assert bytes(state['_extra_state'].tolist()).decode().strip() == 'IMDN x4 bicubic'  # backbone, scale, the operator it was trained for
+    # backbone, scale and the operator it was trained for
+    assert bytes(state['_extra_state'].tolist()).decode().strip() == 'IMDN x4 bicubic'
     layer('IMDN', 4).load_state_dict(state, strict=True)
     for backbone, scale in (('PAN', 4), ('IMDN', 3)):
         with pytest.raises(ValueError, match=f'trained on IMDN x4; it is being loaded on {backbone} x{scale}'):
