@@ -41,8 +41,8 @@ def test_option_file_is_consistent_with_its_scale(path):
         for key in ('dataroot_gt', 'dataroot_lq'):
             root = ds.get(key)
             # DenoiserModel, BicubicPairDataset and DegradedPairDataset read HR images only (the LR is made from them)
-            if root is None or opt['model_type'] == 'DenoiserModel' or ds['type'] in ('BicubicPairDataset',
-                                                                                        'DegradedPairDataset'):
+            hr_only = ('BicubicPairDataset', 'DegradedPairDataset')
+            if root is None or opt['model_type'] == 'DenoiserModel' or ds['type'] in hr_only:
                 continue
             if root.endswith('.lmdb'):
                 assert root.endswith(f'_x{s}.lmdb'), (key, root)

@@ -19,9 +19,10 @@ FAMILIES = {'x2': (2, 0.0), 'x3': (3, 0.0), 'x3_n2.55': (3, 2.55), 'x3_n7.65': (
 CONSISTENT = ('MCNetArch', 'PnPADMM', 'TVTV')
 
 
-def build_row(row, scale, device, tol, max_iter):
+def build_row(row, scale, device, tol, max_iter, channels='rgb'):
     """The network of ``options/test_<row>_x<scale>.yml`` with its weights, and whether it is told the measurement;
-    ``(None, None)`` where that file or its trained weights do not exist."""
+    ``(None, None)`` where that file or its trained weights do not exist. Consistent methods are made consistent on
+    ``channels`` ('rgb', the kernel literature's; 'y', the tables')."""
     import copy
 
     import torch
@@ -41,7 +42,7 @@ def build_row(row, scale, device, tol, max_iter):
     consistent = net_opt['type'] in CONSISTENT
     if consistent:
         net_opt.pop('eps', None)
-        net_opt.update(channels='rgb', eps_rms=QUANTIZATION_EPS_RMS)
+        net_opt.update(channels=channels, eps_rms=QUANTIZATION_EPS_RMS)
         if net_opt['type'] == 'MCNetArch':
             net_opt['solver'] = {'forward': {'tol': tol, 'max_iter': max_iter}}
     net = build_network(net_opt)

@@ -1,0 +1,71 @@
+"""Table R: LR made by the resizers people use (Pillow, OpenCV, torch; MATLAB bicubic for reference), each rounded to
+uint8, super-resolved by a backbone alone, by MCNet assuming MATLAB bicubic (what a shipped layer does unless told)
+and by MCNet told the true operator (``scripts/resizer_table.py``).
+
+Protocol: the tables' (HR mod-cropped to the scale, Y of the output rounded to uint8, PSNR / SSIM on Y with crop =
+scale, :func:`mcnet_basicsr.metrics.y_uint8.y_uint8_metrics`), with the LR made by the resizer's exact operator
+(:data:`mcnet_basicsr.ops.DEGRADATIONS`, equal to the library's float output) then rounded half up to uint8. A row is
+a test option file (``options/test_<row>_x<s>.yml``); ``<row>@true`` is that file's network told the resizer.
+"""
+import json
+import os.path as osp
+import time
+
+import numpy as np
+
+__all__ = ['measure']
+
+
+def _lr(op, hr_bgr):
+    import torch
+    hr = torch.from_numpy(hr_bgr[..., ::-1].transpose(2, 0, 1).astype(np.float64) / 255.0)[None]
+    return (op(hr) * 255.0 + 0.5).floor().clamp(0, 255) / 255.0
+
+
+def measure(args):
+    """``args.rows`` x ``args.degradations`` x ``args.sets`` at ``args.scale``, merged into the JSON ``args.out``."""
+    import torch
+
+    from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
+    from mcnet_basicsr.ops import build_degradation
+    from mcnet_basicsr.utils.color import luma
+    from mcnet_basicsr.utils.images import list_images, mod_crop, read_hr
+
+    from .evaluate import resolve_device
+    from .kernel_table import build_row
+    device = resolve_device(args.device)
+    record = {}
+    if osp.isfile(args.out):
+        with open(args.out) as f:
+            record = json.load(f)
+    record.update(protocol='HR mod s; LR = resizer (exact operator) rounded to uint8; Y rounded to uint8, crop s',
+                  device=torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
+                  mcnet_solver={'tol': args.tol, 'max_iter': args.max_iter})
+    cells = record.setdefault('cells', {})
+    s = args.scale
+    for row in args.rows:
+        base, told = row.split('@')[0], row.endswith('@true')
+        net, consistent = build_row(base, s, device, args.tol, args.max_iter, channels='y')
+        if net is None:
+            print(f'{row}: no options/test_{base}_x{s}.yml or no weights it names, skipped', flush=True)
+            continue
+        for name in args.degradations:
+            op = build_degradation(name, s)
+            for set_name in args.sets:
+                key = f'{row}|x{s}|{name}|{set_name}'
+                if key in cells:
+                    continue
+                start, psnrs, ssims = time.perf_counter(), {}, {}
+                for path in list_images(osp.join(args.data, set_name, 'HR')):
+                    hr = mod_crop(read_hr(path), s)
+                    lr = _lr(op, hr).float().to(device)
+                    with torch.no_grad():
+                        out = net(lr, operator=op) if told else net(lr)
+                    y = luma(out.double().cpu())
+                    psnrs[osp.basename(path)], ssims[osp.basename(path)] = y_uint8_metrics(y, hr, s)
+                cells[key] = dict(psnr=float(np.mean(list(psnrs.values()))), ssim=float(np.mean(list(ssims.values()))),
+                                  per_image=psnrs, seconds=time.perf_counter() - start)
+                print(f'{row:>16} x{s} {name:>18} {set_name:>6} {cells[key]["psnr"]:.3f} dB '
+                      f'({cells[key]["seconds"]:.0f} s)', flush=True)
+                with open(args.out, 'w') as f:
+                    json.dump(record, f, indent=1)
