@@ -1,0 +1,79 @@
+"""The two degradation tables' runners (scripts/kernel_table.py, scripts/resizer_table.py) on a tiny set: each cell is
+the PSNR an independent computation gives (the protocol's LR by scipy / OpenCV themselves, bicubic upsampling, the
+metric), and the kernel table renders beside the published rows."""
+import json
+import os
+from types import SimpleNamespace
+
+import cv2
+import numpy as np
+import pytest
+import scipy.io
+import torch
+
+from conftest import REPO_ROOT, sample_photo
+from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_mod_crop
+from mcnet_basicsr.data.kernel_family import gaussian_kernel
+from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
+from mcnet_basicsr.ops import imresize
+from mcnet_basicsr.utils.color import luma
+
+
+@pytest.fixture
+def data(tmp_path):
+    for name in ('CBSD68', 'Set5'):
+        (tmp_path / name / 'HR').mkdir(parents=True)
+    for name, size in (('astronaut', (100, 90)), ('coffee', (90, 100))):
+        img = sample_photo(name, size)[:, :, ::-1]
+        cv2.imwrite(str(tmp_path / 'CBSD68' / 'HR' / f'{name}.png'), img)
+        cv2.imwrite(str(tmp_path / 'Set5' / 'HR' / f'{name}.png'), img)
+    (tmp_path / 'kernels').mkdir()
+    kernels = np.empty((1, 12), dtype=object)
+    for i in range(12):
+        kernels[0, i] = gaussian_kernel(25, 0.7 + 0.2 * i).astype(np.float32)
+    scipy.io.savemat(tmp_path / 'kernels' / 'kernels_12.mat', {'kernels': kernels})
+    return tmp_path
+
+
+def test_kernel_table_cell_is_the_protocols_psnr_and_renders(data, monkeypatch):
+    from scipy import ndimage
+
+    from mcnet_basicsr.evaluation.kernel_table import measure, render
+    monkeypatch.chdir(REPO_ROOT)  # option files are read from options/
+    out = data / 'k.json'
+    measure(SimpleNamespace(rows=['bicubic'], families=['x3'], kernels=[2], images=None, batch=2, tol=1e-4,
+                            max_iter=5, device='cpu', data=str(data), out=str(out), time_limit=None))
+    cell = json.loads(out.read_text())['cells']['bicubic|x3|k2']
+    k = gaussian_kernel(25, 0.9).astype(np.float32).astype(np.float64)
+    psnrs = []
+    for name in ('astronaut', 'coffee'):
+        hr = usrnet_mod_crop(cv2.imread(str(data / 'CBSD68' / 'HR' / f'{name}.png'))[:, :, ::-1], 3)
+        lr = ndimage.convolve(np.ascontiguousarray(hr), k[..., None], mode='wrap')[0::3, 0::3] / np.float32(255)
+        up = imresize(torch.from_numpy(lr.astype(np.float32)).permute(2, 0, 1)[None], 3)
+        sr = (up.clamp(0, 1) * 255).round().byte()[0].permute(1, 2, 0).numpy()
+        psnrs.append(psnr_rgb_uint8(sr, hr, 9))
+    assert cell['images'] == 2 and cell['psnr'] == pytest.approx(np.mean(psnrs), abs=1e-9)
+    published = REPO_ROOT / 'docs' / 'records' / 'usrnet_table1_published.tsv'
+    table = render([str(out)], str(published))
+    assert '| USRNet (published) | 27.16 | 27.76 |' in table and '| bicubic | - | ' in table
+
+
+def test_resizer_table_cell_is_the_librarys_lr_upsampled(data, monkeypatch):
+    from mcnet_basicsr.evaluation.resizer_table import _lr, measure
+    from mcnet_basicsr.ops import build_degradation
+    monkeypatch.chdir(REPO_ROOT)
+    out = data / 'r.json'
+    measure(SimpleNamespace(rows=['bicubic'], degradations=['cv2-area'], sets=['Set5'], scale=2, tol=1e-4,
+                            max_iter=5, device='cpu', data=str(data), out=str(out)))
+    cell = json.loads(out.read_text())['cells']['bicubic|x2|cv2-area|Set5']
+    psnrs = []
+    for name in sorted(os.listdir(data / 'Set5' / 'HR')):
+        hr = cv2.imread(str(data / 'Set5' / 'HR' / name))
+        lr = cv2.resize(hr.astype(np.float32), (hr.shape[1] // 2, hr.shape[0] // 2), interpolation=cv2.INTER_AREA)
+        lr = np.clip(np.floor(lr + 0.5), 0, 255) / 255
+        ours = _lr(build_degradation('cv2-area', 2), hr)[0].permute(1, 2, 0).numpy()[..., ::-1]
+        diff = np.abs(ours - lr) * 255  # OpenCV's float32 against the operator's float64: the rounding of a few ties
+        assert diff.max() <= 1 + 1e-4 and (diff > 0.5).mean() < 1e-3
+        up = imresize(torch.from_numpy(lr[..., ::-1].copy()).permute(2, 0, 1)[None].double(), 2)
+        psnrs.append(y_uint8_metrics(luma(up), hr, 2)[0])
+    assert cell['psnr'] == pytest.approx(np.mean(psnrs), abs=0.01)
