@@ -17,9 +17,12 @@ __all__ = ['measure']
 
 
 def _lr(op, hr_bgr):
+    """The resizer's LR of a uint8 BGR HR image, rounded half up to uint8, as a 1x3xhxw RGB float64 tensor in [0, 1].
+    Computed on the 0..255 values (the operator is linear), so that ties (a box average of four integers) are exact
+    and round up, as the libraries round them."""
     import torch
-    hr = torch.from_numpy(hr_bgr[..., ::-1].transpose(2, 0, 1).astype(np.float64) / 255.0)[None]
-    return (op(hr) * 255.0 + 0.5).floor().clamp(0, 255) / 255.0
+    hr = torch.from_numpy(hr_bgr[..., ::-1].transpose(2, 0, 1).astype(np.float64))[None]
+    return (op(hr) + 0.5).floor().clamp(0, 255) / 255.0
 
 
 def measure(args):
