@@ -4,6 +4,7 @@ Usage::
 
     mcnet-sr INPUT... -o OUTDIR --scale {2,3,4} [--backbone {srcnn,rcan_compact,rdn_compact,imdn,pan}]
              [--backbone-weights PATH] [--weights PATH]
+             [--degradation NAME | --kernel FILE [--kernel-index I]] [--noise SIGMA] [--channels {y,rgb}]
              [--eps-rms X] [--iters N] [--tol T] [--extrapolation T] [--device auto|cpu|cuda] [--no-cuda-graph]
              [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force | --skip-existing]
     python -m mcnet_basicsr.cli.inference ...
@@ -25,7 +26,12 @@ solver's iterations and residual, ``||Ax-b||`` of the float result and of the sa
 --gt`` the Y-PSNRs of bicubic, the backbone and MCNet.
 
 Consistency: the float result ``x`` satisfies ``||A x - b||_2 <= eps`` (Y in [0, 1], ``A`` = MATLAB
-bicubic downscaling, ``b`` = Y of the LR image; eps = 0 unless ``--eps-rms``); the tool reports that
+bicubic downscaling, ``b`` = Y of the LR image; eps = 0 unless ``--eps-rms``). ``--degradation NAME`` (a name of
+:data:`~mcnet_basicsr.ops.DEGRADATIONS`) or ``--kernel FILE`` (circular blur with the kernel, then the upper-left
+pixel of each s x s block: :class:`~mcnet_basicsr.ops.BlurDownsample`) give another ``A``; ``--noise SIGMA`` (on
+0..255) widens eps to ``sqrt(eps^2 + (SIGMA/255)^2 m)`` (m LR values; on Y the noise of Y,
+:meth:`MCNetArch.solve_measured`); ``--channels rgb`` (the default with another ``A``) makes each of R, G and B
+consistent, and the reported figures are then the largest of the three. The tool reports that
 number (``fidelity``) for the float result and for the written file (``fidelity_saved``): the Y of its
 RGB, which is the float result clipped to [0, 1] and rounded to 8/16 bit. To reproduce the LR image
 exactly the float result leaves [0, 1] near saturated edges; where it does, the clipping alone
