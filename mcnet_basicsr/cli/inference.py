@@ -272,8 +272,9 @@ def measurement(args, model):
     if args.kernel is not None:
         try:
             kernel = load_kernel(args.kernel, args.kernel_index)
-        except ValueError as err:  # load_kernel's own message names the file and what is wrong
-            raise UsageError(f'--kernel: {_one_line(err)}') from None
+        except ValueError as err:  # load_kernel's own message says what is wrong (numpy's may not name the file)
+            msg = _one_line(err)
+            raise UsageError(f'--kernel: {msg}' if args.kernel in msg else f'--kernel {args.kernel}: {msg}') from None
         except Exception as err:  # noqa: BLE001 -- unreadable: numpy's, scipy's or Pillow's own error
             raise UsageError(f'{args.kernel}: --kernel file cannot be read as a kernel ({_one_line(err, 200)})') \
                 from None
