@@ -558,7 +558,7 @@ def test_degradation_cv2_area_is_consistent_with_opencv(tmp_path, capsys):
         assert cli(img, '-o', outs[name], '--scale', 2, '--tol', '1e-4', *extra) == 0
     console = capsys.readouterr().out
     assert (outs['default'] / 'c_x2.png').read_bytes() == (outs['matlab'] / 'c_x2.png').read_bytes()
-    assert 'A = cv2-area, of the largest of R, G, B)' in console and 'A = matlab-bicubic, of Y)' in console
+    assert '[A = cv2-area, the largest of R, G, B]' in console and '[A = matlab-bicubic, on Y]' in console
     row = read_summary(outs['area'])[str(img)]
     assert float(row['fidelity']) <= 1e-9
 

@@ -507,12 +507,12 @@ def run(args, models=None):
             psnr_txt = (f', Y-PSNR bicubic {row["psnr_bicubic"]:.2f} / {backbone_name(args.backbone)} '
                         f'{row["psnr_backbone"]:.2f} / MCNet {row["psnr_mcnet"]:.2f} dB')
         levels = 255 / (row['in_h'] * row['in_w'])**0.5  # ||Ax-b|| -> rms per LR pixel in 8-bit levels
-        measured = 'the largest of R, G, B' if model.channels == 'rgb' and row['channels'] >= 3 else 'Y'
+        measured = 'the largest of R, G, B' if model.channels == 'rgb' and row['channels'] >= 3 else 'on Y'
         tqdm.write(f'{path}: {row["in_w"]}x{row["in_h"]} -> {row["out_w"]}x{row["out_h"]}, '
                    f'{row["iterations"]} iters, residual {row["solver_residual"]:.2e}, '
                    f'||Ax-b|| {row["fidelity"]:.2e} float, {row["fidelity_saved"]:.2e} saved {row["bit_depth"]}-bit '
                    f'(rms {row["fidelity_saved"] * levels:.3f}/255 per LR pixel; clipping to [0, 1] alone: '
-                   f'{row["fidelity_clipped"] * levels:.3f}/255; A = {measurement_name(args)}, of {measured})'
+                   f'{row["fidelity_clipped"] * levels:.3f}/255) [A = {measurement_name(args)}, {measured}]'
                    f'{psnr_txt}{tiles_txt}, {row["seconds"]:.2f} s')
     summary = append_csv(args.output, 'summary', SUMMARY_FIELDS, rows)
     skipped_txt = f', {skipped} skipped (done before: outputs exist)' if args.skip_existing else ''
