@@ -16,6 +16,10 @@ from collections import Counter
 import yaml
 
 MIN_TILE = 8  # smallest --tile (LR pixels)
+# the names of mcnet_basicsr.ops.DEGRADATIONS (kept equal to them by tests/test_cli.py), here without importing torch
+DEGRADATIONS = ('matlab-bicubic', 'pil-bicubic', 'pil-bilinear', 'pil-lanczos', 'pil-box', 'cv2-area', 'cv2-linear',
+                'cv2-cubic', 'torch-bicubic', 'torch-bicubic-noaa', 'torch-bilinear', 'torch-bilinear-noaa')
+DEFAULT_DEGRADATION = 'matlab-bicubic'
 
 
 def read_model_cards():
@@ -70,7 +74,8 @@ def build_parser():
     p = _Parser(
         prog='mcnet-sr',
         description='Measurement-consistent super-resolution (MCNet): the output x satisfies '
-        '||A x - b||_2 <= eps exactly (A = MATLAB bicubic downscaling, b = Y of the input).')
+        '||A x - b||_2 <= eps exactly (A = the downscaling that made the input: MATLAB bicubic unless --degradation '
+        'or --kernel says otherwise; b = Y of the input, or each of R, G, B with --channels rgb).')
     p.add_argument('inputs', nargs='+', metavar='INPUT', help='image files, folders or glob patterns')
     p.add_argument('-o', '--output', required=True, metavar='OUTDIR',
                    help='output folder (created if missing); its summary.csv gets one row per input appended, '
@@ -90,6 +95,23 @@ def build_parser():
     p.add_argument('--eps-rms', type=float, default=None, metavar='X',
                    help='consistency radius per LR pixel, eps = X * sqrt(#LR pixels) (default: what the layer was '
                    'trained with: 0, i.e. exact, for srcnn; 1/255/sqrt(12) for the compact backbones)')
+    p.add_argument('--degradation', default=None, choices=DEGRADATIONS, metavar='NAME',
+                   help='the downscaling that made the input (A): ' + ', '.join(DEGRADATIONS) + ' (default '
+                   f'{DEFAULT_DEGRADATION}: MATLAB imresize; pil-* Pillow Image.resize, cv2-* cv2.resize, torch-* '
+                   'F.interpolate, -noaa without antialiasing)')
+    p.add_argument('--kernel', metavar='FILE',
+                   help='instead of --degradation: the input was made by circular blur with this kernel (.npy, '
+                   'grayscale .png normalised to sum 1, or .mat), then keeping the upper-left pixel of each s x s '
+                   'block (USRNet\'s protocol)')
+    p.add_argument('--kernel-index', type=int, default=None, metavar='I',
+                   help='which kernel of a .mat cell array of kernels, 0-based')
+    p.add_argument('--noise', type=float, default=0.0, metavar='SIGMA',
+                   help='standard deviation of Gaussian noise in the input on 0..255 (default 0): widens the '
+                   'consistency ball to sqrt(eps^2 + (SIGMA/255)^2 * #LR values)')
+    p.add_argument('--channels', default=None, choices=('y', 'rgb'),
+                   help='what is made consistent: Y (y; Cb, Cr as the backbone path gives them) or each of R, G '
+                   'and B (rgb, one solve per channel: about 3x the time); default y with MATLAB bicubic, rgb with '
+                   '--kernel or another --degradation (an LR made per RGB channel is matched in every channel)')
     # the CLI's solver: the 'fast' preset, single keys overridden; defaults from the model cards
     p.add_argument('--iters', type=int, default=MODELS['max_iter'], metavar='N',
                    help=f'maximum solver iterations (default {MODELS["max_iter"]})')
@@ -139,6 +161,21 @@ def parse_args(argv):
         raise UsageError(f'--extrapolation must be a finite number >= 0, got {args.extrapolation}')
     if args.eps_rms is not None and not (args.eps_rms >= 0 and math.isfinite(args.eps_rms)):
         raise UsageError(f'--eps-rms must be a finite number >= 0, got {args.eps_rms}')
+    if args.degradation is not None and args.kernel is not None:
+        raise UsageError(f'--degradation {args.degradation} and --kernel {args.kernel} both say how the input was '
+                         'made: give one of them')
+    if args.kernel_index is not None and args.kernel is None:
+        raise UsageError('--kernel-index picks a kernel of a --kernel .mat file; give --kernel')
+    if args.kernel_index is not None and args.kernel_index < 0:
+        raise UsageError(f'--kernel-index is 0-based and must be >= 0, got {args.kernel_index}')
+    if args.kernel is not None and not osp.isfile(args.kernel):
+        raise UsageError(f'{args.kernel}: --kernel file not found')
+    if args.degradation is None and args.kernel is None:
+        args.degradation = DEFAULT_DEGRADATION
+    if args.channels is None:
+        args.channels = 'y' if args.degradation == DEFAULT_DEGRADATION else 'rgb'
+    if not (args.noise >= 0 and math.isfinite(args.noise)):
+        raise UsageError(f'--noise must be a finite number >= 0 (std on 0..255), got {args.noise}')
     if args.threads is not None and args.threads < 1:
         raise UsageError(f'--threads must be >= 1, got {args.threads}')
     if args.tile is not None and args.tile < MIN_TILE:

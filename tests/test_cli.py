@@ -36,6 +36,7 @@ def test_help_imports_nothing_heavy():
     code, out, err, heavy = run_cli('--help')
     assert code == 0 and err == []
     assert out.startswith('usage: mcnet-sr') and '--backbone' in out and '--tile' in out
+    assert '--degradation' in out and 'cv2-area' in out and '--kernel' in out and '--noise' in out
     assert heavy == ''
 
 
@@ -48,6 +49,9 @@ def test_bad_arguments_answer_with_one_line_and_import_nothing_heavy(tmp_path):
         (['a.png', '-o', str(tmp_path), '--scale', '2', '--backbone', 'vgg'], "invalid choice: 'vgg'"),
         (['a.png', '-o', str(tmp_path), '--scale', '2', '--tile', '2'], '--tile must be >= 8'),
         (['a.png', '-o', str(tmp_path), '--scale', '2', '--force', '--skip-existing'], 'give one of them'),
+        (['a.png', '-o', str(tmp_path), '--scale', '2', '--degradation', 'cv2-area', '--kernel', __file__],
+         'give one of them'),
+        (['a.png', '-o', str(tmp_path), '--scale', '2', '--degradation', 'gimp'], "invalid choice: 'gimp'"),
     ]
     for argv, what in cases:
         code, out, err, heavy = run_cli(*argv)
@@ -163,3 +167,44 @@ def test_the_command_keeps_memory_unless_tiled(monkeypatch, tmp_path):
     assert mcnet_sr_cli.main(argv, keep_memory=True) == 0 and calls == ['kept']
     assert mcnet_sr_cli.main(argv + ['--tile', '64'], keep_memory=True) == 0 and calls == ['kept']
     assert mcnet_sr_cli.main(argv + ['--scale', '5'], keep_memory=True) == 2 and calls == ['kept']
+
+
+def test_degradation_names_are_the_operators():
+    """The command line lists the degradations without importing torch: the same names as the package's."""
+    import mcnet_sr_cli
+    from mcnet_basicsr.ops import DEGRADATIONS, MatlabBicubicDownsample, build_degradation
+    assert mcnet_sr_cli.DEGRADATIONS == tuple(DEGRADATIONS)
+    assert type(build_degradation(mcnet_sr_cli.DEFAULT_DEGRADATION, 2)) is MatlabBicubicDownsample
+
+
+def test_measurement_options_and_their_defaults(tmp_path):
+    """--degradation (default MATLAB bicubic), --kernel (a file), --noise (>= 0), --channels (y with MATLAB bicubic,
+    rgb with another operator unless given); each bad value is a UsageError naming it."""
+    import mcnet_sr_cli
+    kernel = tmp_path / 'k.npy'
+    kernel.write_bytes(b'')  # the parser checks that it exists; reading it is the heavy part's
+    parse = lambda *extra: mcnet_sr_cli.parse_args(['photo.png', '-o', str(tmp_path / 'out'), '--scale', '2',  # noqa
+                                                    *extra])
+    args = parse()
+    assert (args.degradation, args.kernel, args.kernel_index, args.noise, args.channels) == \
+        ('matlab-bicubic', None, None, 0.0, 'y')
+    assert parse('--degradation', 'matlab-bicubic').channels == 'y'
+    assert (parse('--degradation', 'cv2-area').channels, parse('--kernel', str(kernel)).channels) == ('rgb', 'rgb')
+    args = parse('--kernel', str(kernel), '--kernel-index', '3', '--channels', 'y', '--noise', '2.5')
+    assert (args.degradation, args.kernel_index, args.channels, args.noise) == (None, 3, 'y', 2.5)
+    assert parse('--degradation', 'pil-bicubic', '--channels', 'y').channels == 'y'
+    cases = [
+        (['--degradation', 'cv2-area', '--kernel', str(kernel)], 'give one of them'),
+        (['--kernel-index', '1'], '--kernel-index picks a kernel of a --kernel .mat file'),
+        (['--kernel', str(kernel), '--kernel-index', '-1'], '--kernel-index is 0-based and must be >= 0, got -1'),
+        (['--kernel', str(tmp_path / 'nope.npy')], 'nope.npy: --kernel file not found'),
+        (['--noise', '-1'], '--noise must be a finite number >= 0'),
+        (['--noise', 'nan'], '--noise must be a finite number >= 0'),
+        (['--degradation', 'gimp'], "invalid choice: 'gimp' (choose from 'matlab-bicubic', "),
+        (['--channels', 'ycbcr'], "invalid choice: 'ycbcr' (choose from 'y', 'rgb')"),
+        (['--kernel-index', 'two', '--kernel', str(kernel)], "invalid int value: 'two'"),
+    ]
+    for extra, what in cases:
+        with pytest.raises(mcnet_sr_cli.UsageError) as err:
+            parse(*extra)
+        assert what in str(err.value) and '\n' not in str(err.value), (extra, str(err.value))

@@ -478,3 +478,156 @@ def test_console_shows_psnr_both_fidelities_and_solver_progress(tmp_path, capsys
     assert fid_saved == pytest.approx(float(row['fidelity_saved']), rel=1e-2) and fid_saved > fid_float
     solve = [bar for bar in bars if bar.desc == 'astro.png solve']
     assert len(solve) == 1 and solve[0].n >= int(row['iterations']) >= 1, [(b.desc, b.n) for b in bars]
+
+
+# ------------------------------------------------------------------------------------ measurement options
+def lr_tensor(bgr):
+    return torch.from_numpy(bgr[:, :, ::-1] / 255.0).permute(2, 0, 1)[None].contiguous()
+
+
+def hwc(t):
+    return t[0].permute(1, 2, 0).numpy()
+
+
+def test_bad_kernels_are_one_line_and_touch_nothing(tmp_path, capsys):
+    """Every kernel --kernel cannot use is one error line naming it, exit status 2, before any image; a kernel larger
+    than one image's output fails that image only (exit status 1), the others are written."""
+    import scipy.io
+    img = write(tmp_path / 'in' / 'a.png', photo('astronaut', 24, 24))
+    out = tmp_path / 'out'
+    out.mkdir()
+    (out / 'a_x2.png').write_bytes(b'precious')
+    before = snapshot(out)
+    good = np.outer(np.hanning(7)[1:-1], np.hanning(7)[1:-1])
+    kernels = {'3d.npy': np.ones((2, 3, 3)), 'neg.npy': -good, 'zero.npy': np.array([[1.0, -2.0, 1.0]]),
+               'nan.npy': good * np.nan}
+    for name, k in kernels.items():
+        np.save(tmp_path / name, k)
+    (tmp_path / 'junk.npy').write_bytes(b'not an array')
+    (tmp_path / 'junk.png').write_bytes(b'not an image')
+    (tmp_path / 'k.txt').write_text('1 2 1')
+    cells = np.empty((1, 3), dtype=object)
+    cells[0, :] = [good, good.T, good]
+    scipy.io.savemat(tmp_path / 'cells.mat', {'kernels': cells})
+    cases = [
+        (['--kernel', tmp_path / '3d.npy'], 'must have shape (kh, kw)'),
+        (['--kernel', tmp_path / 'neg.npy'], 'must have a sum > 0'),
+        (['--kernel', tmp_path / 'zero.npy'], 'must have a sum > 0'),
+        (['--kernel', tmp_path / 'nan.npy'], 'non-finite values'),
+        (['--kernel', tmp_path / 'junk.npy'], 'junk.npy'),
+        (['--kernel', tmp_path / 'junk.png'], 'junk.png: --kernel file cannot be read as a kernel'),
+        (['--kernel', tmp_path / 'k.txt'], "extension '.txt'; supported: .npy, .png, .mat"),
+        (['--kernel', tmp_path / 'cells.mat', '--kernel-index', 3], 'index 3 is out of range'),
+        (['--kernel', tmp_path / 'cells.mat'], 'pick one with index (0 to 2)'),
+        (['--kernel', tmp_path / '3d.npy', '--kernel-index', 1], 'picks a kernel of a .mat cell array'),
+    ]
+    for extra, what in cases:
+        code = cli(img, '-o', out, '--scale', 2, '--force', *FAST, *extra)
+        line = _one_error_line(capsys.readouterr().err)
+        assert code == 2 and what in line, (extra, line)
+        assert snapshot(out) == before
+
+    small = write(tmp_path / 'in2' / 'small.png', photo('astronaut', 4, 6))  # 12x8 output
+    big = np.ones((9, 9))
+    np.save(tmp_path / 'big.npy', big / big.sum())
+    out2 = tmp_path / 'out2'
+    code = cli(small, img, '-o', out2, '--scale', 2, '--kernel', tmp_path / 'big.npy', *FAST)
+    captured = capsys.readouterr()
+    line = _one_error_line(captured.err)
+    assert code == 1 and str(small) in line and 'the 9x9 blur kernel is larger than the 12x8 output' in line, line
+    rows = read_summary(out2)
+    assert rows[str(small)]['status'] == 'error' and rows[str(img)]['status'] == 'ok'
+    assert (out2 / 'a_x2.png').exists() and not (out2 / 'small_x2.png').exists()
+    # a kernel of a .mat cell array, picked by its 0-based index
+    assert cli(img, '-o', out2, '--scale', 2, '--kernel', tmp_path / 'cells.mat', '--kernel-index', 1, '--force',
+               *FAST) == 0
+
+
+def test_degradation_cv2_area_is_consistent_with_opencv(tmp_path, capsys):
+    """An LR made by OpenCV's INTER_AREA: --degradation cv2-area makes each of R, G, B's cv2.resize equal to it (the
+    float result, at rounding level); the default, MATLAB bicubic, does not. The default run is the same as
+    --degradation matlab-bicubic, file for file."""
+    from mcnet_basicsr.ops import build_degradation
+    hr = photo('coffee', 48, 56)
+    lr8 = cv2.resize(hr, (28, 24), interpolation=cv2.INTER_AREA)
+    img = write(tmp_path / 'in' / 'c.png', lr8)
+    outs = {}
+    for name, extra in (('default', []), ('matlab', ['--degradation', 'matlab-bicubic']),
+                        ('area', ['--degradation', 'cv2-area'])):
+        outs[name] = tmp_path / name
+        assert cli(img, '-o', outs[name], '--scale', 2, '--tol', '1e-4', *extra) == 0
+    console = capsys.readouterr().out
+    assert (outs['default'] / 'c_x2.png').read_bytes() == (outs['matlab'] / 'c_x2.png').read_bytes()
+    assert '[A = cv2-area, the largest of R, G, B]' in console and '[A = matlab-bicubic, on Y]' in console
+    row = read_summary(outs['area'])[str(img)]
+    assert float(row['fidelity']) <= 1e-9
+
+    model = get_model(2, torch.device('cpu'), cache=MODELS)
+    model.set_solver(forward={'tol': 1e-4, 'max_iter': 100})
+    lr = lr_tensor(lr8)
+    try:
+        model.channels = 'rgb'
+        sr = super_resolve(model, lr, operator=build_degradation('cv2-area', 2))['sr']
+    finally:
+        model.channels = 'y'
+    back = cv2.resize(hwc(sr), (28, 24), interpolation=cv2.INTER_AREA)
+    assert np.abs(back - hwc(lr)).max() <= 1e-9
+    bicubic_sr = super_resolve(model, lr)['sr']
+    assert np.abs(cv2.resize(hwc(bicubic_sr), (28, 24), interpolation=cv2.INTER_AREA) - hwc(lr)).max() > 1e-3
+
+
+def test_kernel_rgb_is_consistent_with_scipy_blur_in_every_channel(tmp_path):
+    """An LR made by circular blur (scipy.ndimage.convolve, mode='wrap') and keeping the upper-left pixel of each
+    2 x 2 block: --kernel k.npy --channels rgb makes every channel's blur-and-decimation of the result equal to it,
+    tiled or not."""
+    from scipy.ndimage import convolve
+
+    from mcnet_basicsr.ops import BlurDownsample
+    hr = photo('astronaut', 40, 48)[:, :, ::-1] / 255.0  # RGB
+    y, x = np.mgrid[-3:4, -3:4]
+    # an anisotropic Gaussian, skewed: no aliased frequency it removes (a kernel whose spectrum vanishes on all s x s
+    # aliases leaves that part of the rounded LR outside the range of A, which no x can match)
+    k = np.exp(-x**2 / (2 * 0.8**2) - y**2 / (2 * 1.3**2)) * np.linspace(1, 2, 7)
+    k /= k.sum()
+    np.save(tmp_path / 'k.npy', k)
+
+    def degrade(x):
+        return np.stack([convolve(x[:, :, c], k, mode='wrap')[::2, ::2] for c in range(3)], axis=2)
+
+    lr16 = np.rint(degrade(hr) * 65535).astype(np.uint16)
+    img = write(tmp_path / 'in' / 'a.png', lr16[:, :, ::-1])
+    out = tmp_path / 'out'
+    assert cli(img, '-o', out, '--scale', 2, '--kernel', tmp_path / 'k.npy', '--channels', 'rgb', *FAST) == 0
+    assert float(read_summary(out)[str(img)]['fidelity']) <= 1e-9
+
+    model = get_model(2, torch.device('cpu'), cache=MODELS)
+    model.set_solver(forward={'tol': 1e-3, 'max_iter': 100})
+    lr = torch.from_numpy(lr16 / 65535.0).permute(2, 0, 1)[None].contiguous()
+    try:
+        model.channels = 'rgb'
+        res = {t: super_resolve(model, lr, t, operator=BlurDownsample(2, k))['sr'] for t in (None, 8)}
+    finally:
+        model.channels = 'y'
+    for sr in res.values():
+        assert np.abs(degrade(hwc(sr)) - hwc(lr)).max() <= 1e-9
+    assert (res[8] - res[None]).abs().max() <= 1e-3
+
+
+def test_noise_widens_the_ball_to_its_radius(tmp_path, capsys):
+    """--noise SIGMA (0..255): the radius becomes SIGMA/255 * 0.574 * sqrt(#LR pixels) on Y (the noise of Y for
+    noise SIGMA on each of R, G, B); the backbone's estimate lies outside that ball, so the result is on its
+    boundary: ||A x - b|| equals the radius."""
+    hr = photo('astronaut', 48, 48)
+    img = write(tmp_path / 'in' / 'a.png', lr_from(hr, 2))
+    out = tmp_path / 'out'
+    sigma = 1.0
+    assert cli(img, '-o', out, '--scale', 2, '--noise', sigma, *FAST) == 0
+    row = read_summary(out)[str(img)]
+    luma_noise = np.sqrt(65.481**2 + 128.553**2 + 24.966**2) / 255  # BT.601's Y row
+    radius = sigma / 255 * luma_noise * np.sqrt(24 * 24)
+    assert float(row['eps']) == pytest.approx(radius, rel=1e-5)  # summary.csv keeps 6 digits
+    assert float(row['fidelity']) == pytest.approx(radius, rel=1e-5)
+    model = get_model(2, torch.device('cpu'), cache=MODELS)
+    res = super_resolve(model, lr_tensor(lr_from(hr, 2)))
+    assert float(model.operator.residual_norm(res['w'].double(), res['b'])[0]) > 1.5 * radius  # outside the ball
+    capsys.readouterr()

@@ -4,6 +4,7 @@ Usage::
 
     mcnet-sr INPUT... -o OUTDIR --scale {2,3,4} [--backbone {srcnn,rcan_compact,rdn_compact,imdn,pan}]
              [--backbone-weights PATH] [--weights PATH]
+             [--degradation NAME | --kernel FILE [--kernel-index I]] [--noise SIGMA] [--channels {y,rgb}]
              [--eps-rms X] [--iters N] [--tol T] [--extrapolation T] [--device auto|cpu|cuda] [--no-cuda-graph]
              [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force | --skip-existing]
     python -m mcnet_basicsr.cli.inference ...
@@ -25,7 +26,12 @@ solver's iterations and residual, ``||Ax-b||`` of the float result and of the sa
 --gt`` the Y-PSNRs of bicubic, the backbone and MCNet.
 
 Consistency: the float result ``x`` satisfies ``||A x - b||_2 <= eps`` (Y in [0, 1], ``A`` = MATLAB
-bicubic downscaling, ``b`` = Y of the LR image; eps = 0 unless ``--eps-rms``); the tool reports that
+bicubic downscaling, ``b`` = Y of the LR image; eps = 0 unless ``--eps-rms``). ``--degradation NAME`` (a name of
+:data:`~mcnet_basicsr.ops.DEGRADATIONS`) or ``--kernel FILE`` (circular blur with the kernel, then the upper-left
+pixel of each s x s block: :class:`~mcnet_basicsr.ops.BlurDownsample`) give another ``A``; ``--noise SIGMA`` (on
+0..255) widens eps to ``sqrt(eps^2 + (SIGMA/255)^2 m)`` (m LR values; on Y the noise of Y,
+:meth:`MCNetArch.solve_measured`); ``--channels rgb`` (the default with another ``A``) makes each of R, G and B
+consistent, and the reported figures are then the largest of the three. The tool reports that
 number (``fidelity``) for the float result and for the written file (``fidelity_saved``): the Y of its
 RGB, which is the float result clipped to [0, 1] and rounded to 8/16 bit. To reproduce the LR image
 exactly the float result leaves [0, 1] near saturated edges; where it does, the clipping alone
@@ -64,7 +70,7 @@ import mcnet_sr_cli
 from mcnet_sr_cli import UsageError, print_error
 
 from ..deq import release_cuda_graph_memory
-from ..ops import imresize
+from ..ops import BlurDownsample, build_degradation, fold_channels, imresize, load_kernel, repeat_samples
 from ..utils.checkpoint import (CheckpointError, read_checkpoint, saved_record, select_state_dict, split_record,
                                 state_dict_mismatch)
 from ..utils.color import luma, ycbcr_to_rgb
@@ -260,16 +266,53 @@ def resolve_device(name):
 
 
 # ---------------------------------------------------------------------------------------- inference
-def super_resolve(model, colour, tile=None):
+def measurement(args, model):
+    """The operator that made the inputs, as the options name it: the layer's own (MATLAB bicubic) by default,
+    ``--degradation``'s, or ``--kernel``'s blur and decimation. A bad kernel is a UsageError (one line)."""
+    if args.kernel is not None:
+        try:
+            kernel = load_kernel(args.kernel, args.kernel_index)
+        except ValueError as err:  # load_kernel's own message says what is wrong (numpy's may not name the file)
+            msg = _one_line(err)
+            raise UsageError(f'--kernel: {msg}' if args.kernel in msg else f'--kernel {args.kernel}: {msg}') from None
+        except Exception as err:  # noqa: BLE001 -- unreadable: numpy's, scipy's or Pillow's own error
+            raise UsageError(f'{args.kernel}: --kernel file cannot be read as a kernel ({_one_line(err, 200)})') \
+                from None
+        return BlurDownsample(args.scale, kernel)
+    if args.degradation == mcnet_sr_cli.DEFAULT_DEGRADATION:
+        return model.operator  # the shipped layers' operator: the command's results without the option
+    return build_degradation(args.degradation, args.scale)
+
+
+def measurement_name(args):
+    """How the console line names the operator, e.g. 'cv2-area' or 'kernel k.npy'."""
+    if args.kernel is None:
+        return args.degradation
+    index = '' if args.kernel_index is None else f' [{args.kernel_index}]'
+    return f'kernel {osp.basename(args.kernel)}{index}'
+
+
+def check_kernel_fits(operator, h, w, scale):
+    """ImageError where a blur kernel is larger than the output (HR) of an h x w input."""
+    kernel = getattr(operator, 'kernel', None)
+    if kernel is not None and (kernel.shape[-2] > h * scale or kernel.shape[-1] > w * scale):
+        raise ImageError(f'the {kernel.shape[-1]}x{kernel.shape[-2]} blur kernel is larger than the '
+                         f'{w * scale}x{h * scale} output of this {w}x{h} input; the kernel must fit in the output')
+
+
+def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
     """MCNet on one image, as :meth:`MCNetArch.forward`, optionally tiled.
 
     Args:
         colour (Tensor): (1, 3 or 1, h, w) float64 LR in [0, 1] (RGB or Y) on the model's device.
         tile (int | None): LR tile size.
+        operator (DownsampleOperator | None): what made ``colour`` (default: the layer's).
+        noise_sigma (float | None): standard deviation of the noise on each LR value, in [0, 1] units.
 
     Returns:
         dict: ``sr`` (float64 result, RGB or Y), ``y`` (its Y), ``w`` / ``cbcr`` (backbone estimate),
-        ``b`` (float64 LR Y), ``eps``, ``stats`` (SolverStats), ``tiles`` (number of tiles).
+        ``b`` (float64 LR Y), ``eps`` (of the last solve), ``stats`` (SolverStats), ``tiles`` (number of tiles).
+        With the layer's ``channels`` 'rgb' and colour input, R, G and B are each consistent, one solve per channel.
     """
     h, w = colour.shape[-2:]
     if colour.shape[1] == 1 and model.backbone_channels == 3:
@@ -277,24 +320,35 @@ def super_resolve(model, colour, tile=None):
         raise ValueError(f'gray image: the {type(model.backbone).__name__} backbone takes RGB input; '
                          'use --backbone srcnn for gray images')
     lr = colour.float()
-    b = luma(colour)  # float64, as forward() passes it
+    operator = model.measurement_operator(operator)
     n_tiles = len(list(tiles(h, w, tile))) if needs_tiling(lr, tile) else 1
-    with torch.no_grad():  # the arch's own pieces, as its forward runs them (tiles included)
-        w_y, cbcr = model.backbone_estimate(lr, tile)
-        x = model.solve(w_y, b, tile)
-        stats, eps = model.last_stats['forward'], model.last_stats['eps']
+    solved = {}
+
+    def solve(w_, b, op, sigma):
+        x = model.solve(w_.float(), b, tile, op, sigma)
         # solve() ends with P_S in float64 but returns float32; one more exact P_S on the full image
         # keeps the result in float64, so its consistency is not limited by float32 rounding.
-        y = model.operator.project(x.double(), b, eps)
-        sr = y if cbcr is None else ycbcr_to_rgb(torch.cat([y, cbcr.double()], dim=1))
-    return {'sr': sr, 'y': y, 'w': w_y, 'cbcr': cbcr, 'b': b, 'eps': eps, 'stats': stats, 'tiles': n_tiles}
+        solved['x'] = op.project(x.double(), b, model.last_stats['eps'])
+        return solved['x']
+
+    with torch.no_grad():  # the arch's own pieces, as its forward runs them (tiles included)
+        w_y, cbcr = model.backbone_estimate(lr, tile)
+        # on Y (b = Y of the float64 LR) or per channel, as the layer's channels say; float64 out from float64 LR
+        sr = model.solve_measured(solve, w_y, cbcr, colour.double(), operator, noise_sigma)
+        stats, eps = model.last_stats['forward'], model.last_stats['eps']
+        per_channel = model.channels == 'rgb' and cbcr is not None
+        y = luma(sr) if per_channel else solved['x']
+    return {'sr': sr, 'y': y, 'w': w_y, 'cbcr': cbcr, 'b': luma(colour.double()), 'eps': eps, 'stats': stats,
+            'tiles': n_tiles}
 
 
-def fidelity(model, img, b):
-    """||A Y(img) - b||_2 in float64, Y in [0, 1]."""
-    img = img.double()
-    y = luma(img)
-    return float(model.operator.residual_norm(y, b.double())[0])
+def fidelity(operator, img, lr, channels='y'):
+    """||A x - b||_2 in float64, images in [0, 1]: of Y(img) against Y(lr), or with ``channels`` 'rgb' (colour) the
+    largest of R, G and B's."""
+    img, lr = img.double(), lr.double()
+    if channels == 'rgb' and img.shape[1] == 3:
+        return float(repeat_samples(operator, 3).residual_norm(fold_channels(img), fold_channels(lr)).max())
+    return float(operator.residual_norm(luma(img), luma(lr))[0])
 
 
 # ---------------------------------------------------------------------------------------- figure
@@ -320,9 +374,12 @@ def make_figure(model, colour, result, gt_arr, scale):
 
 
 # ---------------------------------------------------------------------------------------- main loop
-def process_image(row, args, model, device, out_names, n_inputs):
+def process_image(row, args, model, device, out_names, n_inputs, operator=None):
     """Process the input ``row['input']``, filling its summary ``row``; raises on failure. With ``--skip-existing``
-    an input whose outputs all exist is left alone (``row['status']``: 'skipped')."""
+    an input whose outputs all exist is left alone (``row['status']``: 'skipped'). ``operator``: what made the inputs
+    (default: :func:`measurement` of the options)."""
+    if operator is None:
+        operator = measurement(args, model)
     path = row['input']
     stem = osp.splitext(osp.basename(path))[0]
     out_path = osp.join(args.output, f'{stem}_x{args.scale}.png')
@@ -347,6 +404,7 @@ def process_image(row, args, model, device, out_names, n_inputs):
                channels=1 if img.ndim == 2 else img.shape[2], bit_depth=img.dtype.itemsize * 8)
     if min(h, w) < MIN_LR_SIDE:
         raise ImageError(f'image too small ({w}x{h}); at least {MIN_LR_SIDE}x{MIN_LR_SIDE} pixels are needed')
+    check_kernel_fits(operator, h, w, args.scale)
     gt_path = find_gt(args.gt, path, n_inputs) if args.compare else None
     colour, alpha, peak = split_image(img)
     gt_arr = read_gt(gt_path, h * args.scale, w * args.scale, args.scale, colour.shape[1]) if gt_path else None
@@ -354,12 +412,13 @@ def process_image(row, args, model, device, out_names, n_inputs):
     colour = colour.to(device)
     # on CUDA the solve is short, and iterations replayed from a CUDA graph would not tick a Python counter
     with solver_progress(model, args.iters, f'{osp.basename(path)} solve', enabled=device.type == 'cpu', tol=args.tol):
-        result = super_resolve(model, colour, args.tile)
+        result = super_resolve(model, colour, args.tile, operator, args.noise / 255 if args.noise else None)
     sr = result['sr']
     if not bool(torch.isfinite(sr).all()):
         raise ImageError('the result contains NaN/inf values (check the weights)')
-    fid = fidelity(model, sr, result['b'])
-    fid_clipped = fidelity(model, sr.clamp(0, 1), result['b'])  # what the file's RGB keeps before rounding
+    lr = colour.double()
+    fid = fidelity(operator, sr, lr, model.channels)
+    fid_clipped = fidelity(operator, sr.clamp(0, 1), lr, model.channels)  # what the file's RGB keeps before rounding
     if alpha is not None:
         alpha = imresize(alpha.to(device), args.scale).clamp(0, 1)
     arr = to_array(sr, alpha, peak)
@@ -367,7 +426,7 @@ def process_image(row, args, model, device, out_names, n_inputs):
     stats = result['stats']
     row.update(tiles=result['tiles'], iterations=int(stats.iterations[0]), solver_residual=float(stats.residual[0]),
                eps=float(result['eps']), fidelity=fid, fidelity_clipped=fid_clipped,
-               fidelity_saved=fidelity(model, saved_colour.to(device), result['b']))
+               fidelity_saved=fidelity(operator, saved_colour.to(device), lr, model.channels))
     if cmp_path:
         figure, psnr = make_figure(model, colour, result, gt_arr, args.scale)
         row.update({f'psnr_{k}': v for k, v in psnr.items()})
@@ -387,6 +446,7 @@ def prepare_model(args, device, models=None):
         raise UsageError(f'--tile is not exact for the {args.backbone} backbone: it pools over the whole image '
                          f'({global_ops(model.backbone)[0]}, ...); run without --tile')
     model.eps, model.eps_rms = None, args.eps_rms if args.eps_rms is not None else default_eps_rms(args.backbone)
+    model.channels = args.channels  # the layer's own per-channel solve (MCNetArch.solve_measured) for 'rgb'
     # CUDA graphs (ignored on the CPU and for eps > 0) replay the same iterations without launch overhead;
     # the tiled denoiser is kept eager (its loop over tiles is not part of what the graph tests cover)
     model.set_solver(forward={'preset': 'fast', 'tol': args.tol, 'max_iter': args.iters,
@@ -411,6 +471,7 @@ def run(args, models=None):
     inputs = collect_inputs(args.inputs)
     device = resolve_device(args.device)
     model = prepare_model(args, device, models)
+    operator = measurement(args, model)
     os.makedirs(args.output, exist_ok=True)
 
     rows, failed, skipped, out_names = [], 0, 0, {}
@@ -424,7 +485,7 @@ def run(args, models=None):
         try:
             if err is not None:
                 raise ImageError(err)
-            process_image(row, args, model, device, out_names, n_images)
+            process_image(row, args, model, device, out_names, n_images, operator)
         except Exception as exc:  # one image's failure (bad file, out of memory, ...) must not stop the run
             failed += 1
             msg = _one_line(exc if isinstance(exc, ImageError) else f'{type(exc).__name__}: {exc}')
@@ -446,11 +507,13 @@ def run(args, models=None):
             psnr_txt = (f', Y-PSNR bicubic {row["psnr_bicubic"]:.2f} / {backbone_name(args.backbone)} '
                         f'{row["psnr_backbone"]:.2f} / MCNet {row["psnr_mcnet"]:.2f} dB')
         levels = 255 / (row['in_h'] * row['in_w'])**0.5  # ||Ax-b|| -> rms per LR pixel in 8-bit levels
+        measured = 'the largest of R, G, B' if model.channels == 'rgb' and row['channels'] >= 3 else 'on Y'
         tqdm.write(f'{path}: {row["in_w"]}x{row["in_h"]} -> {row["out_w"]}x{row["out_h"]}, '
                    f'{row["iterations"]} iters, residual {row["solver_residual"]:.2e}, '
                    f'||Ax-b|| {row["fidelity"]:.2e} float, {row["fidelity_saved"]:.2e} saved {row["bit_depth"]}-bit '
                    f'(rms {row["fidelity_saved"] * levels:.3f}/255 per LR pixel; clipping to [0, 1] alone: '
-                   f'{row["fidelity_clipped"] * levels:.3f}/255){psnr_txt}{tiles_txt}, {row["seconds"]:.2f} s')
+                   f'{row["fidelity_clipped"] * levels:.3f}/255) [A = {measurement_name(args)}, {measured}]'
+                   f'{psnr_txt}{tiles_txt}, {row["seconds"]:.2f} s')
     summary = append_csv(args.output, 'summary', SUMMARY_FIELDS, rows)
     skipped_txt = f', {skipped} skipped (done before: outputs exist)' if args.skip_existing else ''
     print(f'{len(rows) - failed - skipped} of {len(rows)} image(s) done{skipped_txt}, {failed} failed; summary: '
