@@ -3,6 +3,9 @@
 For every evaluation set (default Set5, Set14) and scale s:
     <root>/<Name>/HR_mod<s>/<img>.png          HR mod-cropped to a multiple of s
     <root>/<Name>/LR_bicubic/X<s>/<img>.png    MATLAB bicubic downscale of it, rounded to uint8
+    <root>/<Name>/LR_<degradation>/X<s>/...    with --degradation NAME: the same by another resizer (e.g. cv2-area)
+    <root>/<Name>/LR_<kernel>_<i>/X<s>/...     with --kernel FILE [--kernel-index I]: circular blur by that kernel,
+                                               then the upper-left pixel of each s x s block, rounded to uint8
 For every training set (default T91), sub-image patches of those pairs packed into LMDBs with
 basicsr's lmdb utilities (meta_info.txt included), for ``PairedImageDataset`` with
 ``io_backend: {type: lmdb}``:
@@ -18,6 +21,9 @@ temporary name and renamed when complete, so an interrupted run leaves nothing h
     python scripts/prepare_datasets.py                       # Set5, Set14 (x2/x3/x4) + T91 LMDBs
     python scripts/prepare_datasets.py --train-sets T91 BSD200 --scales 2
     python scripts/prepare_datasets.py --train-sets T91+BSD200   # one union LMDB
+    python scripts/prepare_datasets.py --eval-sets Set5 --train-sets --degradation pil-bicubic cv2-area
+    python scripts/prepare_datasets.py --eval-sets CBSD68 --train-sets --kernel datasets/kernels/kernels_12.mat \
+        --kernel-index 2
 """
 import argparse
 import hashlib
@@ -34,6 +40,8 @@ import cv2
 from basicsr.utils.lmdb_util import make_lmdb_from_imgs
 from tqdm import tqdm
 
+from mcnet_basicsr.data.degradations import degraded_lr_uint8
+from mcnet_basicsr.ops import DEGRADATIONS, BlurDownsample, build_degradation, load_kernel
 from mcnet_basicsr.utils.images import bicubic_lr, list_images, mod_crop, read_hr
 
 MARKER = '.prepared.json'
@@ -107,6 +115,25 @@ def prepare_eval_set(src_dir, root, name, scale, force):
     commit_dir(tmp_lr, lr_out, digest, settings)
 
 
+def prepare_degraded_set(src_dir, root, name, scale, label, operator, identity, force):
+    """``<root>/<name>/LR_<label>/X<scale>``: the uint8 LR of every HR image (mod-cropped) under ``operator``
+    (``identity``: what defines it, for the settings check)."""
+    sources = list_images(src_dir)
+    lr_out = osp.join(root, name, f'LR_{label}', f'X{scale}')
+    settings = {'kind': 'degraded', 'scale': scale, 'operator': identity, 'version': 1}
+    digest = settings_digest(settings, sources)
+    if check_output([lr_out], digest, force):
+        print(f'{name} x{scale} {label}: up to date')
+        return
+    tmp_lr = lr_out + '.tmp'
+    shutil.rmtree(tmp_lr, ignore_errors=True)
+    os.makedirs(tmp_lr)
+    for path in tqdm(sources, desc=f'{name} x{scale} {label}', unit='img'):
+        hr = mod_crop(read_hr(path), scale)
+        cv2.imwrite(osp.join(tmp_lr, osp.splitext(osp.basename(path))[0] + '.png'), degraded_lr_uint8(operator, hr))
+    commit_dir(tmp_lr, lr_out, digest, settings)
+
+
 def prepare_train_set(src_dirs, root, name, scale, patch, step, force):
     """Patch LMDBs of the union of the images in ``src_dirs`` (one folder, or several for a union
     such as T91+BSD200; keys then carry the folder's set name so equal file names cannot collide)."""
@@ -170,7 +197,14 @@ def parse_args(argv=None):
     parser.add_argument('--patch-size', type=int, default=96, help='HR sub-image size (multiple of every scale)')
     parser.add_argument('--step', type=int, default=48, help='HR sub-image stride (multiple of every scale)')
     parser.add_argument('--force', action='store_true', help='replace outputs made with other settings')
+    parser.add_argument('--degradation', nargs='+', default=[], choices=sorted(DEGRADATIONS), metavar='NAME',
+                        help='also write the eval sets\' LR made by these resizers: ' + ', '.join(DEGRADATIONS))
+    parser.add_argument('--kernel', metavar='FILE', help='also write the eval sets\' LR made by this blur kernel '
+                        '(.npy, .png, .mat): circular blur, then the upper-left pixel of each s x s block')
+    parser.add_argument('--kernel-index', type=int, default=None, metavar='I', help='kernel of a .mat cell array')
     args = parser.parse_args(argv)
+    if args.kernel_index is not None and not args.kernel:
+        parser.error('--kernel-index needs --kernel')
     for s in args.scales:
         if s < 1:
             parser.error(f'--scales must be positive integers, got {s}')
@@ -181,9 +215,19 @@ def main(argv=None):
     args = parse_args(argv)
     src = args.src or args.root
     os.makedirs(args.root, exist_ok=True)
+    kernel = load_kernel(args.kernel, args.kernel_index) if args.kernel else None
+    kernel_label = None if kernel is None else osp.splitext(osp.basename(args.kernel))[0] + (
+        '' if args.kernel_index is None else f'_{args.kernel_index}')
     for name in args.eval_sets:
         for s in args.scales:
             prepare_eval_set(osp.join(src, name, 'HR'), args.root, name, s, args.force)
+            for label in args.degradation:
+                prepare_degraded_set(osp.join(src, name, 'HR'), args.root, name, s, label,
+                                     build_degradation(label, s), label, args.force)
+            if kernel is not None:
+                prepare_degraded_set(osp.join(src, name, 'HR'), args.root, name, s, kernel_label,
+                                     BlurDownsample(s, kernel), hashlib.sha256(kernel.tobytes()).hexdigest(),
+                                     args.force)
     for spec in args.train_sets:
         # 'T91+BSD200' is one training set made of both (datasets/T91_BSD200/T91_BSD200_*_sub_x<s>.lmdb)
         parts = spec.split('+')

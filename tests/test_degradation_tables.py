@@ -59,7 +59,8 @@ def test_kernel_table_cell_is_the_protocols_psnr_and_renders(data, monkeypatch):
 
 
 def test_resizer_table_cell_is_the_librarys_lr_upsampled(data, monkeypatch):
-    from mcnet_basicsr.evaluation.resizer_table import _lr, measure
+    from mcnet_basicsr.data.degradations import degraded_lr_uint8
+    from mcnet_basicsr.evaluation.resizer_table import measure
     from mcnet_basicsr.ops import build_degradation
     monkeypatch.chdir(REPO_ROOT)
     out = data / 'r.json'
@@ -71,9 +72,38 @@ def test_resizer_table_cell_is_the_librarys_lr_upsampled(data, monkeypatch):
         hr = cv2.imread(str(data / 'Set5' / 'HR' / name))
         lr = cv2.resize(hr.astype(np.float32), (hr.shape[1] // 2, hr.shape[0] // 2), interpolation=cv2.INTER_AREA)
         lr = np.clip(np.floor(lr + 0.5), 0, 255) / 255
-        ours = _lr(build_degradation('cv2-area', 2), hr)[0].permute(1, 2, 0).numpy()[..., ::-1]
+        ours = degraded_lr_uint8(build_degradation('cv2-area', 2), hr) / 255
         diff = np.abs(ours - lr) * 255
         assert diff.max() < 1e-4  # the same rounding, ties included
         up = imresize(torch.from_numpy(lr[..., ::-1].copy()).permute(2, 0, 1)[None].double(), 2)
         psnrs.append(y_uint8_metrics(luma(up), hr, 2)[0])
     assert cell["psnr"] == pytest.approx(np.mean(psnrs), abs=1e-6)
+
+
+@pytest.mark.slow  # a subprocess
+def test_prepare_datasets_writes_lr_sets_of_a_resizer_and_a_kernel(data, tmp_path):
+    """scripts/prepare_datasets.py --degradation cv2-area --kernel k.npy: LR folders equal to OpenCV's own INTER_AREA
+    (rounded) and to scipy's circular blur then upper-left decimation (rounded)."""
+    import subprocess
+    import sys
+
+    from scipy import ndimage
+
+    from conftest import repo_env
+    k = gaussian_kernel(7, 1.1, 0.6, 0.4)
+    np.save(tmp_path / 'k.npy', k)
+    root = tmp_path / 'out'
+    cmd = [sys.executable, 'scripts/prepare_datasets.py', '--src', str(data), '--root', str(root), '--eval-sets',
+           'Set5', '--train-sets', '--scales', '2', '--degradation', 'cv2-area', '--kernel', str(tmp_path / 'k.npy')]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=repo_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ('astronaut', 'coffee'):
+        hr = cv2.imread(str(root / 'Set5' / 'HR_mod2' / f'{name}.png'))
+        area = cv2.imread(str(root / 'Set5' / 'LR_cv2-area' / 'X2' / f'{name}.png'))
+        ref = cv2.resize(hr.astype(np.float32), (hr.shape[1] // 2, hr.shape[0] // 2), interpolation=cv2.INTER_AREA)
+        assert np.array_equal(area, np.clip(np.floor(ref + 0.5), 0, 255).astype(np.uint8))
+        blur = cv2.imread(str(root / 'Set5' / 'LR_k' / 'X2' / f'{name}.png'))
+        ref = ndimage.convolve(hr.astype(np.float64), k[..., None], mode='wrap')[0::2, 0::2]
+        assert np.abs(blur.astype(np.float64) - ref).max() <= 0.5 + 1e-6
+    again = subprocess.run(cmd, cwd=REPO_ROOT, env=repo_env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and 'LR_' not in again.stderr and 'up to date' in again.stdout

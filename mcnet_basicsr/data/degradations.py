@@ -14,7 +14,7 @@ import numpy as np
 
 from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS
 
-__all__ = ['usrnet_mod_crop', 'usrnet_lr', 'usrnet_measurement', 'psnr_rgb_uint8']
+__all__ = ['usrnet_mod_crop', 'usrnet_lr', 'usrnet_measurement', 'psnr_rgb_uint8', 'degraded_lr_uint8']
 
 
 def usrnet_mod_crop(img, scale):
@@ -65,3 +65,13 @@ def psnr_rgb_uint8(out, hr, border):
     b = hr[border:h - border, border:w - border].astype(np.float64)
     mse = np.mean((a - b)**2)
     return float('inf') if mse == 0 else 20 * math.log10(255.0 / math.sqrt(mse))
+
+
+def degraded_lr_uint8(operator, hr):
+    """The LR of a uint8 HxWx3 HR image (either channel order: the operator acts on each channel alike) under
+    ``operator``, rounded half up to uint8, HxWx3. Computed on the 0..255 values (the operator is linear), so that
+    ties (a box average of four integers) are exact and round up, as the libraries round them."""
+    import torch
+    x = torch.from_numpy(np.ascontiguousarray(hr.transpose(2, 0, 1)).astype(np.float64))[None]
+    lr = (operator(x) + 0.5).floor().clamp(0, 255)[0]
+    return lr.numpy().transpose(1, 2, 0).astype(np.uint8)

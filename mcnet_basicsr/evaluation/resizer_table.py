@@ -16,19 +16,11 @@ import numpy as np
 __all__ = ['measure']
 
 
-def _lr(op, hr_bgr):
-    """The resizer's LR of a uint8 BGR HR image, rounded half up to uint8, as a 1x3xhxw RGB float64 tensor in [0, 1].
-    Computed on the 0..255 values (the operator is linear), so that ties (a box average of four integers) are exact
-    and round up, as the libraries round them."""
-    import torch
-    hr = torch.from_numpy(hr_bgr[..., ::-1].transpose(2, 0, 1).astype(np.float64))[None]
-    return (op(hr) + 0.5).floor().clamp(0, 255) / 255.0
-
-
 def measure(args):
     """``args.rows`` x ``args.degradations`` x ``args.sets`` at ``args.scale``, merged into the JSON ``args.out``."""
     import torch
 
+    from mcnet_basicsr.data.degradations import degraded_lr_uint8
     from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
     from mcnet_basicsr.ops import build_degradation
     from mcnet_basicsr.utils.color import luma
@@ -61,7 +53,8 @@ def measure(args):
                 start, psnrs, ssims = time.perf_counter(), {}, {}
                 for path in list_images(osp.join(args.data, set_name, 'HR')):
                     hr = mod_crop(read_hr(path), s)
-                    lr = _lr(op, hr).float().to(device)
+                    lr_rgb = degraded_lr_uint8(op, hr)[..., ::-1].transpose(2, 0, 1).astype(np.float32) / 255
+                    lr = torch.from_numpy(np.ascontiguousarray(lr_rgb))[None].to(device)
                     with torch.no_grad():
                         out = net(lr, operator=op) if told else net(lr)
                     y = luma(out.double().cpu())
