@@ -1,4 +1,5 @@
-"""The README's main command, `python -m mcnet_basicsr.demo`, on one small photo with the shipped weights."""
+"""The README's main command, `python -m mcnet_basicsr.demo` (it made docs/figures/demo.png), on one small photo with
+the shipped weights."""
 import subprocess
 import sys
 

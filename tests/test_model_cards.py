@@ -64,3 +64,20 @@ def test_unshipped_pairs_are_refused_with_the_shipped_scales():
         pretrained.check_available('imdn', 4)
     with pytest.raises(ValueError, match='third-party and not shipped'):
         pretrained.build_pretrained_backbone('pan', 3)
+
+
+def test_readme_and_model_zoo_tables_are_the_cards():
+    """The model-zoo tables of the README and docs/ModelZoo.md are the cards' scores as ``model_zoo_table`` renders
+    them, and that table has one row per card with its Set5 and Set14 PSNR / SSIM."""
+    table = pretrained.model_zoo_table()
+    rows = table.splitlines()[2:]
+    assert len(rows) == len(CARDS)
+    for row, (b, s, card) in zip(rows, CARDS):
+        cells = [c.strip() for c in row.strip('|').split('|')]
+        assert f'(`{b}`)' in cells[0] and cells[1] == f'x{s}', row
+        for cell, (psnr, ssim) in zip(cells[3:], (card['set5'], card['set14'])):
+            assert [float(v) for v in cell.split(' / ')] == [psnr, ssim], row
+    readme = (REPO_ROOT / 'README.md').read_text()
+    block = readme.split('<!-- model-zoo: mcnet_basicsr.zoo.pretrained.model_zoo_table() -->\n', 1)[1]
+    assert block.split('<!-- /model-zoo -->', 1)[0] == table
+    assert table in (REPO_ROOT / 'docs' / 'ModelZoo.md').read_text()

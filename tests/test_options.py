@@ -155,13 +155,14 @@ def test_validation_shows_progress():
     assert not quiet, quiet
 
 
-def test_readme_short_run_recipe_sets_keys_of_its_option_file():
-    """The README's short training run: every ``--force_yml`` item names a key of the option file (BasicSR cannot
-    create a block), its values read as BasicSR reads them, and it validates only once, after the last iteration."""
+def test_training_doc_short_run_recipe_sets_keys_of_its_option_file():
+    """The short training run of docs/Training.md: every ``--force_yml`` item names a key of the option file (BasicSR
+    cannot create a block), its values read as BasicSR reads them, and it validates only once, after the last
+    iteration."""
     from basicsr.utils.options import _postprocess_yml_value
-    readme = (OPTIONS[0].parents[1] / 'README.md').read_text()
+    doc = (OPTIONS[0].parents[1] / 'docs' / 'Training.md').read_text()
     start = '    python mcnet_basicsr/train.py -opt options/train_mcnet_srcnn_x2.yml --force_yml '
-    items = readme.split(start, 1)[1].split('\n\n', 1)[0].replace('\\\n', ' ').split()
+    items = doc.split(start, 1)[1].split('\n\n', 1)[0].replace('\\\n', ' ').split()
     opt = _load(OPTIONS[0].parent / 'train_mcnet_srcnn_x2.yml')
     for item in items:
         keys, value = item.split('=')

@@ -237,7 +237,7 @@ def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
     proc = run(['-c', probe], env=env, python=python)
     assert proc.stdout.strip() == '[]'
 
-    # the README's example: the repository's own option file, from the checkout (its folder is not the repository).
+    # docs/Training.md's example: the repository's own option file, from the checkout (not the repository's folder).
     # Without the data: one line per missing input, relative to the checkout (the shipped DnCNN6 is found)
     readme_example = [str(checkout / 'basicsr' / 'train.py'), '-opt', str(REPO_ROOT / 'options' /
                                                                           'train_mcnet_srcnn_x2.yml')]

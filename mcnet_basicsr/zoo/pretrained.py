@@ -136,3 +136,16 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         start_path=weight_path(start_file) if start_file else None)
     load_network(net, weight_path(card['layer']))  # a layer file: the start keeps its weights
     return net.eval().to(device)
+
+
+def model_zoo_table():
+    """The model cards as a Markdown table (str): backbone, scale, the backbone weights of the scores, Set5 and
+    Set14 Y-PSNR / SSIM; one row per shipped model. The README's model-zoo table is this text."""
+    rows = ['| model (`mcnet-sr --backbone`) | scale | backbone weights of the scores | Set5 PSNR / SSIM '
+            '| Set14 PSNR / SSIM |', '|---|---|---|---|---|']
+    for key, entry in MODELS['backbones'].items():
+        for scale, card in entry['models'].items():
+            scores = [f'{psnr:.2f} / {ssim:.4f}' for psnr, ssim in (card['set5'], card['set14'])]
+            rows.append(f"| MCNet + {entry['name']} (`{key}`) | x{scale} | {entry['scored_on']} | "
+                        f'{scores[0]} | {scores[1]} |')
+    return '\n'.join(rows) + '\n'
