@@ -16,23 +16,26 @@ from collections import Counter
 import yaml
 
 MIN_TILE = 8  # smallest --tile (LR pixels)
-# the names of mcnet_basicsr.ops.DEGRADATIONS (kept equal to them by tests/test_cli.py), here without importing torch
-DEGRADATIONS = ('matlab-bicubic', 'pil-bicubic', 'pil-bilinear', 'pil-lanczos', 'pil-box', 'cv2-area', 'cv2-linear',
-                'cv2-cubic', 'torch-bicubic', 'torch-bicubic-noaa', 'torch-bilinear', 'torch-bilinear-noaa')
 DEFAULT_DEGRADATION = 'matlab-bicubic'
 
 
-def read_model_cards():
-    """The shipped models' cards (``mcnet_basicsr/zoo/models.yml``: files, defaults, scores per backbone and scale),
-    found and read without importing the package."""
+def read_package_yaml(*parts):
+    """A data file of the mcnet_basicsr package (e.g. ``zoo/models.yml``), found and read without importing it."""
     spec = importlib.util.find_spec('mcnet_basicsr')  # a top-level package is located, not imported
     if spec is None or not spec.submodule_search_locations:
         raise ImportError('mcnet-sr needs the mcnet_basicsr package; install it (pip install -e .)')
-    with open(osp.join(spec.submodule_search_locations[0], 'zoo', 'models.yml'), encoding='utf-8') as f:
+    with open(osp.join(spec.submodule_search_locations[0], *parts), encoding='utf-8') as f:
         return yaml.load(f, Loader=getattr(yaml, 'CSafeLoader', yaml.SafeLoader))  # libyaml's parser where built
 
 
+def read_model_cards():
+    """The shipped models' cards (``mcnet_basicsr/zoo/models.yml``: files, defaults, scores per backbone and scale)."""
+    return read_package_yaml('zoo', 'models.yml')
+
+
 MODELS = read_model_cards()
+# the names of mcnet_basicsr.ops.DEGRADATIONS, from the same file
+DEGRADATIONS = tuple(read_package_yaml('ops', 'degradations.yml'))
 SCALES = tuple(sorted(MODELS['default']))
 BACKBONES = tuple(MODELS['backbones'])
 

@@ -16,7 +16,9 @@ setup(
     packages=find_packages(include=['mcnet_basicsr', 'mcnet_basicsr.*']),
     py_modules=['mcnet_basicsr_hook', 'mcnet_sr_cli'],
     include_package_data=True,
-    package_data={'mcnet_basicsr': ['weights/*.pth', 'weights/*.md', 'zoo/assets.yml', 'zoo/models.yml']},
+    package_data={
+        'mcnet_basicsr': ['weights/*.pth', 'weights/*.md', 'zoo/assets.yml', 'zoo/models.yml', 'ops/degradations.yml']
+    },
     python_requires='>=3.9',
     install_requires=[
         'basicsr==1.4.2',

@@ -24,6 +24,7 @@ options without the scale; :func:`build_degradation` builds one at a scale.
 """
 import functools
 import math
+import os
 import types
 
 import numpy as np
@@ -246,21 +247,14 @@ def _frozen(options):
     return types.MappingProxyType(dict(options))
 
 
-#: user-facing degradation name -> operator options without the scale (read-only)
-DEGRADATIONS = types.MappingProxyType({
-    'matlab-bicubic': _frozen({'type': 'bicubic'}),
-    'pil-bicubic': _frozen({'type': 'pil_resize', 'resample': 'bicubic'}),
-    'pil-bilinear': _frozen({'type': 'pil_resize', 'resample': 'bilinear'}),
-    'pil-lanczos': _frozen({'type': 'pil_resize', 'resample': 'lanczos'}),
-    'pil-box': _frozen({'type': 'pil_resize', 'resample': 'box'}),
-    'cv2-area': _frozen({'type': 'cv2_resize', 'interpolation': 'area'}),
-    'cv2-linear': _frozen({'type': 'cv2_resize', 'interpolation': 'linear'}),
-    'cv2-cubic': _frozen({'type': 'cv2_resize', 'interpolation': 'cubic'}),
-    'torch-bicubic': _frozen({'type': 'torch_interpolate', 'mode': 'bicubic', 'antialias': True}),
-    'torch-bicubic-noaa': _frozen({'type': 'torch_interpolate', 'mode': 'bicubic', 'antialias': False}),
-    'torch-bilinear': _frozen({'type': 'torch_interpolate', 'mode': 'bilinear', 'antialias': True}),
-    'torch-bilinear-noaa': _frozen({'type': 'torch_interpolate', 'mode': 'bilinear', 'antialias': False}),
-})
+def _read_degradations():
+    import yaml
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'degradations.yml'), encoding='utf-8') as f:
+        return types.MappingProxyType({name: _frozen(opts) for name, opts in yaml.safe_load(f).items()})
+
+
+#: user-facing degradation name -> operator options without the scale (read-only; ``degradations.yml``)
+DEGRADATIONS = _read_degradations()
 
 
 def build_degradation(name, scale):
