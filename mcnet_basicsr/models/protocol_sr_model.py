@@ -49,7 +49,9 @@ class ProtocolSRModel(SRModel):
         elif 'degradation' in data:
             names = list(data['degradation'])
             cache = self.__dict__.setdefault('_degradations', {})
-            ops = [cache.setdefault(n, build_degradation(n, scale)) for n in names]
+            for n in set(names) - set(cache):
+                cache[n] = build_degradation(n, scale)
+            ops = [cache[n] for n in names]
             out['operator'] = ops[0] if len(set(names)) == 1 else StackedOperator(ops)
         sigma = data.get('noise_sigma')
         if sigma is not None and bool((sigma > 0).any()):
