@@ -6,6 +6,7 @@ float64 checks stay fast. The Anderson-vs-plain comparison uses the authors' DnC
 when present.
 """
 import copy
+import math
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 
@@ -356,3 +357,56 @@ def test_tile_option_runs_the_same_forward_on_tiles(backbone_ckpt, monkeypatch):
     assert float(net.operator.residual_norm(y, b).max()) <= 1e-5
     with pytest.raises(ValueError, match='tile'):
         make_net(backbone_ckpt, tile=0)
+
+
+# ------------------------------------------------------------------------------------- noise-dependent beta
+def test_noise_beta_is_beta_times_exp_slope_per_sample(backbone_ckpt, monkeypatch, tmp_path):
+    solver = {'forward': {'tol': 1e-12, 'max_iter': 600}}
+    plain = make_net(backbone_ckpt, beta_init=0.2, eps_rms=0.002, solver=solver).to(DT).eval()
+    noisy = make_net(backbone_ckpt, beta_init=0.2, eps_rms=0.002, solver=solver, noise_beta=True).to(DT).eval()
+    # a layer saved without a slope loads strictly into a noise-dependent one: slope 0, the same outputs
+    torch.save({'params': plain.state_dict()}, tmp_path / 'plain.pth')
+    from mcnet_basicsr.utils.checkpoint import load_network
+    load_network(noisy, str(tmp_path / 'plain.pth'))
+    assert float(noisy.log_beta_slope.detach()) == 0.0
+    for net in (plain, noisy):
+        freeze_spectral_norm(net, monkeypatch)
+    lr = make_lr(luma(torch.cat([rgb('camera', 24, DT), rgb('coffee', 24, DT)])))
+    sigma = torch.tensor([0.0, 4.0 / 255], dtype=DT)
+    with torch.no_grad():
+        flat = noisy(lr, noise_sigma=sigma)
+        torch.testing.assert_close(flat, plain(lr, noise_sigma=sigma), rtol=0, atol=1e-10)
+        noisy.log_beta_slope.fill_(-0.3)
+        out = noisy(lr, noise_sigma=sigma)
+        for i in range(2):  # each sample is solved with its own beta: the plain layer given that beta agrees
+            plain.log_beta.fill_(math.log(0.2) - 0.3 * 255 * float(sigma[i]))
+            torch.testing.assert_close(out[i:i + 1], plain(lr[i:i + 1], noise_sigma=sigma[i:i + 1]), rtol=0,
+                                       atol=1e-9)
+    torch.testing.assert_close(out[0], flat[0], rtol=0, atol=1e-10)  # noise 0: beta unchanged
+    assert float((out[1] - flat[1]).abs().max()) > 1e-4  # noise 4/255: beta * exp(-0.3 * 4), another output
+
+
+def test_noise_beta_slope_gradient_matches_finite_differences(backbone_ckpt, monkeypatch):
+    net = make_net(backbone_ckpt, beta_init=0.1, eps_rms=0.002, noise_beta=True,
+                   solver={'forward': {'tol': 1e-14, 'max_iter': 1000}, 'backward': {'tol': 1e-11, 'max_iter': 1000}})
+    net = net.to(DT).eval()
+    freeze_spectral_norm(net, monkeypatch)
+    with torch.no_grad():
+        net.log_beta_slope.fill_(-0.1)
+    lr = make_lr(luma(torch.cat([rgb('astronaut', 24, DT), rgb('chelsea', 24, DT)])))
+    sigma = torch.tensor([1.0 / 255, 6.0 / 255], dtype=DT)
+    r = torch.randn(2, 1, 24, 24, generator=torch.Generator().manual_seed(2), dtype=DT)
+
+    def loss():
+        return (net(lr, noise_sigma=sigma) * r).sum()
+
+    with torch.enable_grad():
+        loss().backward()
+    g = float(net.log_beta_slope.grad)
+    fd = central_difference(loss, net.log_beta_slope, (), 1e-4)
+    assert g != 0.0 and abs(g - fd) <= 1e-4 * abs(fd), (g, fd)
+
+
+def test_noise_beta_must_be_a_bool(backbone_ckpt):
+    with pytest.raises(ValueError, match="noise_beta must be true or false, got 'yes'"):
+        make_net(backbone_ckpt, noise_beta='yes')

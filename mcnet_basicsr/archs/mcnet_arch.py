@@ -165,6 +165,10 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         rho (float): ADMM penalty, > 0. Default: 1.0.
         beta_init (float): Initial ``beta`` (> 0). Default: 0.01.
         learn_beta (bool): Train ``beta``. Default: True.
+        noise_beta (bool): Let beta depend on the noise level of each sample: ``beta(sigma) = beta exp(g 255
+            sigma)``, ``sigma`` the noise std of the values a solve makes consistent (each of R, G, B; on Y that of
+            Y) given to :meth:`forward`, with ``g`` learned with beta (stored as ``log_beta_slope``, starting at 0).
+            Without noise the layer is the same. Default: False.
         denoiser (dict | None): Options of :class:`DnCNN`. Default: DnCNN6 (64 ch, no bias, no BN,
             residual, spectrally normalised).
         denoiser_path (str | None): Denoiser checkpoint (any layout ``load_dncnn`` accepts).
@@ -215,6 +219,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                  rho=1.0,
                  beta_init=0.01,
                  learn_beta=True,
+                 noise_beta=False,
                  denoiser=None,
                  denoiser_path=None,
                  solver=None,
@@ -250,6 +255,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         self.eps_rms = eps_rms
         self.rho = float(rho)
         self.log_beta = nn.Parameter(torch.tensor(math.log(beta_init)), requires_grad=learn_beta)
+        if not isinstance(noise_beta, bool):
+            raise ValueError(f'noise_beta must be true or false, got {noise_beta!r}.')
+        self.log_beta_slope = nn.Parameter(torch.zeros(()), requires_grad=learn_beta) if noise_beta else None
 
         if (denoiser or {}).get('batch_norm'):
             # BN in training mode makes F depend on the batch (no fixed point per image), and BN's
@@ -277,7 +285,18 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
     # ------------------------------------------------------------------ configuration
     @property
     def beta(self):
+        """beta without noise."""
         return self.log_beta.exp()
+
+    def beta_at(self, noise_sigma=None):
+        """beta for samples with noise of std ``noise_sigma`` (None, a float, or an (N,) tensor: then (N, 1, 1, 1))."""
+        if self.log_beta_slope is None or noise_sigma is None:
+            return self.beta
+        if torch.is_tensor(noise_sigma):
+            noise_sigma = noise_sigma.to(self.log_beta)
+            if noise_sigma.dim():
+                noise_sigma = noise_sigma.view(-1, 1, 1, 1)
+        return (self.log_beta + self.log_beta_slope * (255.0 * noise_sigma)).exp()
 
     def set_solver(self, forward=None, backward=None):
         """Replace solver settings (e.g. more test-time iterations) without touching weights."""
@@ -372,9 +391,10 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                               error_msgs):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
-        # layers saved before the record existed load unchecked
-        if prefix + '_extra_state' in missing_keys:
-            missing_keys.remove(prefix + '_extra_state')
+        # layers saved before the record existed load unchecked; a layer without a noise slope is one with slope 0
+        for key in ('_extra_state', 'log_beta_slope'):
+            if prefix + key in missing_keys:
+                missing_keys.remove(prefix + key)
 
     def tile_overlaps(self):
         """Overlaps in LR pixels (backbone, denoiser) of exact tiles (see ``tile``)."""
@@ -407,14 +427,16 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         return self.measurement_operator(operator).project(self.start_guess(x0, tile), b, eps)
 
     def optional_state_keys(self):
-        """Entries of ``state_dict()`` a checkpoint may lack: the saved record, and the start's weights (a layer saved
-        without a start keeps the one this arch was built with)."""
-        return [k for k in self.state_dict() if k.endswith('_extra_state') or k.startswith('start.')]
+        """Entries of ``state_dict()`` a checkpoint may lack: the saved record, the noise slope of beta (a layer saved
+        without one has slope 0), and the start's weights (a layer saved without a start keeps the one this arch was
+        built with)."""
+        optional = ('_extra_state', 'log_beta_slope')
+        return [k for k in self.state_dict() if k.endswith(optional) or k.startswith('start.')]
 
-    def fixed_point_map(self, w, b, eps, tile=None, operator=None):
-        """F(z) for z = (x, lam) stacked on channels; closes over w, b, the parameters and the operator (default:
-        the layer's)."""
-        beta, rho, c = self.beta, self.rho, w.shape[1]
+    def fixed_point_map(self, w, b, eps, tile=None, operator=None, beta=None):
+        """F(z) for z = (x, lam) stacked on channels; closes over w, b, the parameters, the operator (default: the
+        layer's) and ``beta`` (a scalar or one per sample; default: the layer's without noise)."""
+        beta, rho, c = self.beta if beta is None else beta, self.rho, w.shape[1]
         project = self.measurement_operator(operator).project
 
         def f(z):
@@ -443,7 +465,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                 if self.start is not None:
                     x0 = self.start_point(x0, b, eps, tile, operator)
         z0 = torch.cat([x0, torch.zeros_like(x0)], dim=1)
-        return self.fixed_point_map(w, b, eps, tile, operator=operator), z0, eps
+        return self.fixed_point_map(w, b, eps, tile, operator=operator, beta=self.beta_at(noise_sigma)), z0, eps
 
     def solve(self, w, b, tile=None, operator=None, noise_sigma=None):
         """The implicit layer alone: x* from the backbone estimate w and LR measurements b (Y, or one channel per
@@ -465,16 +487,17 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         f, z0, eps = self.fixed_point_problem(w, b, tile, operator=operator, noise_sigma=noise_sigma)
         if self.extrapolation and not torch.is_grad_enabled():
             z_k, fz_k, fwd_stats = solve(f, z0, self.forward_solver, with_image=True)
-            z, bwd = f(self.extrapolated_iterate(z_k, fz_k)), BackwardStatsHolder()  # no backward without grad
+            z, bwd = f(self.extrapolated_iterate(z_k, fz_k, self.beta_at(noise_sigma))), BackwardStatsHolder()
         else:
             z, fwd_stats, bwd = implicit_fixed_point(f, z0, self.forward_solver, self.backward_solver)
         self.last_stats = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
         return self.consistent_output(z[:, :w.shape[1]], b_exact, eps, operator)
 
-    def extrapolated_iterate(self, z, fz):
+    def extrapolated_iterate(self, z, fz, beta=None):
         """``z + t (beta + rho) / beta (F(z) - z)``, ``t = extrapolation``: where the output comes from when a solve
-        stops at ``z`` (``fz = F(z)``)."""
-        return torch.lerp(z, fz, self.extrapolation * (float(self.beta) + self.rho) / float(self.beta))
+        stops at ``z`` (``fz = F(z)``; ``beta`` the solve's, default the layer's without noise)."""
+        beta = (self.beta if beta is None else beta).detach()
+        return torch.lerp(z, fz, (self.extrapolation * (beta + self.rho) / beta).to(z))
 
     def consistent_output(self, x, b, eps, operator=None):
         """The layer's output from the image part ``x`` of ``F(z)``: ``x`` projected once more in float64.

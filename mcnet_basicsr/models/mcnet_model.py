@@ -106,7 +106,7 @@ class MCNetModel(ProtocolSRModel):
                 continue  # see model_to_device
             if not p.requires_grad:
                 get_root_logger().warning(f'Params {name} will not be optimized.')
-            elif name == 'log_beta':
+            elif name in ('log_beta', 'log_beta_slope'):
                 beta.append(p)
             else:
                 others.append(p)
@@ -159,6 +159,8 @@ class MCNetModel(ProtocolSRModel):
     def _solver_log(self):
         net = self.get_bare_model(self.net_g)
         out = OrderedDict(beta=float(net.beta.detach()))
+        if getattr(net, 'log_beta_slope', None) is not None:
+            out['beta_slope'] = float(net.log_beta_slope.detach())
         stats = net.last_stats
         if stats is not None:
             fwd = stats['forward']
