@@ -3,10 +3,14 @@ rows (``mcnet_basicsr.evaluation.kernel_table``).
 
     python scripts/kernel_table.py --rows imdn mcnet_imdn --families x3 x4 --out results/kernel_table.json
     python scripts/kernel_table.py --render results/kernel_table.json        # markdown table with published rows
+    python scripts/kernel_table.py --render results/kernel_table.json --plot-dir results/   # and a chart per family
+    python scripts/kernel_table.py --crops results/crops.png --rows imdn mcnet_imdn_kernels --families x4 \
+        --image 101085.png --kernels 1                                          # LR, outputs and ground truth
 
 Data: ``python scripts/fetch_assets.py CBSD68 usrnet_kernels imdn pan``.
 """
 import argparse
+import os
 import os.path as osp
 import sys
 
@@ -31,9 +35,15 @@ def parse_args(argv):
     p.add_argument('--out', help='JSON record to write (rows are merged into an existing one)')
     p.add_argument('--render', nargs='+', metavar='JSON', help='print the table of records beside the published rows')
     p.add_argument('--published', default=osp.join('docs', 'records', 'usrnet_table1_published.tsv'))
+    p.add_argument('--plot-dir', metavar='DIR', help='with --render: also a chart per family, DIR/kernel_table_<f>.png')
+    p.add_argument('--crops', metavar='PNG', help='a figure of crops of --image under the first of --families and '
+                   '--kernels: the LR, each of --rows, the ground truth')
+    p.add_argument('--image', help='a CBSD68 file name for --crops (e.g. 101085.png)')
     args = p.parse_args(argv)
-    if not args.render and not (args.rows and args.out):
-        p.error('give --rows and --out to measure, or --render JSON')
+    if args.crops and not (args.rows and args.image):
+        p.error('--crops needs --rows and --image')
+    if not args.render and not args.crops and not (args.rows and args.out):
+        p.error('give --rows and --out to measure, --render JSON, or --crops PNG')
     if any(not 1 <= k <= 12 for k in args.kernels):
         p.error(f'--kernels are 1..12, got {args.kernels}')
     return args
@@ -42,9 +52,28 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import mcnet_basicsr  # noqa: F401  (registries)
-    from mcnet_basicsr.evaluation.kernel_table import measure, render
+    from mcnet_basicsr.evaluation.kernel_table import FAMILIES as families
+    from mcnet_basicsr.evaluation.kernel_table import crops_figure, measure, plot_family, render
     if args.render:
         print(render(args.render, args.published))
+        if args.plot_dir:
+            import cv2
+            os.makedirs(args.plot_dir, exist_ok=True)
+            for fam in families:
+                try:
+                    img = plot_family(args.render, args.published, fam, args.rows or None)
+                except ValueError:
+                    continue  # no row of this family
+                cv2.imwrite(osp.join(args.plot_dir, f'kernel_table_{fam}.png'), img)
+    elif args.crops:
+        import cv2
+
+        from mcnet_basicsr.evaluation.evaluate import resolve_device
+        img = crops_figure(args.rows, args.image, args.kernels[0], args.families[0], resolve_device(args.device),
+                           args.data)
+        os.makedirs(osp.dirname(args.crops) or '.', exist_ok=True)
+        cv2.imwrite(args.crops, img)
+        print(f'wrote {args.crops}')
     else:
         measure(args)
 

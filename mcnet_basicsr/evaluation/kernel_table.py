@@ -203,3 +203,101 @@ def render(record_paths, published_path):
             lines.append(f'| {name} | ' + ' | '.join('-' if v is None else f'{v:.2f}' for v in values)
                          + f' | {mean} |')
     return '\n'.join(lines)
+
+
+_COLOURS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
+            (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207)]  # RGB
+
+
+def plot_family(record_paths, published_path, family, rows=None, size=(900, 520)):
+    """A line chart (uint8 HxWx3 BGR) of PSNR per kernel (k1..k12) of ``family`` for the records' rows and the
+    published ones (dashed), ``rows`` (names as in the table) or all."""
+    import cv2
+    _, published = read_published(published_path)
+    lines = {f'{m} (published)': v for (m, f), v in published.items() if f == family}
+    for record_path in record_paths:
+        with open(record_path) as f:
+            for key, cell in json.load(f)['cells'].items():
+                row, fam, k = key.split('|')
+                if fam == family:
+                    lines.setdefault(row, [None] * 12)[int(k[1:]) - 1] = cell['psnr']
+    lines = {n: v for n, v in lines.items() if (rows is None or n.split(' (')[0] in rows) and any(x for x in v)}
+    if not lines:
+        raise ValueError(f'no rows of family {family!r} in {record_paths}')
+    values = [x for v in lines.values() for x in v if x is not None]
+    lo, hi = np.floor(min(values)) - 0.5, np.ceil(max(values)) + 0.5
+    w, h = size
+    left, right, top, bottom = 60, 220, 40, 50
+    img = np.full((h, w, 3), 255, np.uint8)
+    font = cv2.FONT_HERSHEY_SIMPLEX
+
+    def xy(i, v):
+        return (int(left + i * (w - left - right) / 11), int(top + (hi - v) * (h - top - bottom) / (hi - lo)))
+
+    for t in range(int(lo), int(hi) + 1):
+        y = xy(0, t)[1]
+        cv2.line(img, (left, y), (w - right, y), (225, 225, 225), 1)
+        cv2.putText(img, f'{t}', (left - 30, y + 5), font, 0.45, (0, 0, 0), 1, cv2.LINE_AA)
+    for i in range(12):
+        x = xy(i, lo)[0]
+        cv2.putText(img, f'k{i + 1}', (x - 10, h - bottom + 20), font, 0.45, (0, 0, 0), 1, cv2.LINE_AA)
+    scale, sigma = FAMILIES[family]
+    cv2.putText(img, f'CBSD68, x{scale}, noise {sigma:g}: PSNR (dB, RGB) per kernel', (left, 25), font, 0.55,
+                (0, 0, 0), 1, cv2.LINE_AA)
+    for n, (name, vals) in enumerate(lines.items()):
+        colour = _COLOURS[n % len(_COLOURS)][::-1]
+        dashed = name.endswith('(published)')
+        pts = [xy(i, v) for i, v in enumerate(vals) if v is not None]
+        for a, b in zip(pts, pts[1:]):
+            if dashed:
+                for s in range(0, 10, 2):
+                    p0 = tuple(int(a[j] + (b[j] - a[j]) * s / 10) for j in range(2))
+                    p1 = tuple(int(a[j] + (b[j] - a[j]) * (s + 1) / 10) for j in range(2))
+                    cv2.line(img, p0, p1, colour, 2, cv2.LINE_AA)
+            else:
+                cv2.line(img, a, b, colour, 2, cv2.LINE_AA)
+        for p in pts:
+            cv2.circle(img, p, 3, colour, -1, cv2.LINE_AA)
+        y = top + 10 + 22 * n
+        cv2.line(img, (w - right + 15, y), (w - right + 45, y), colour, 2, cv2.LINE_AA)
+        cv2.putText(img, name, (w - right + 50, y + 5), font, 0.42, (0, 0, 0), 1, cv2.LINE_AA)
+    return img
+
+
+def crops_figure(rows, image, kernel_index, family, device='cpu', data='datasets', tol=1e-4):
+    """The figure of crops (uint8 BGR; :func:`mcnet_basicsr.utils.figure.compose_figure`) of one CBSD68 image under the
+    protocol: the LR, then each row's output (``rows``: option-file rows, the second one's output picks the crop),
+    then the ground truth, each titled with its PSNR and, for consistent rows, ``||Ax - b||``."""
+    import cv2
+    import torch
+    from PIL import Image
+
+    from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_lr, usrnet_measurement, usrnet_mod_crop
+    from mcnet_basicsr.ops import build_operator
+    from mcnet_basicsr.ops.kernels import load_kernel
+    from mcnet_basicsr.utils.figure import compose_figure
+    scale, sigma255 = FAMILIES[family]
+    kernel = load_kernel(osp.join(data, 'kernels', 'kernels_12.mat'), kernel_index - 1)
+    hr = usrnet_mod_crop(np.asarray(Image.open(osp.join(data, 'CBSD68', 'HR', image)).convert('RGB')), scale)
+    lr = usrnet_lr(hr, kernel, scale, sigma255 / 255.0)
+    op = build_operator({'type': 'blur', 'scale': scale, 'kernel': kernel})
+    bgr = lambda rgb: np.ascontiguousarray(rgb[..., ::-1])  # noqa: E731
+    lr_u8 = (np.clip(lr, 0, 1) * 255).round().astype(np.uint8)
+    panels = [(f'LR (k{kernel_index}, x{scale})',
+               bgr(cv2.resize(lr_u8, (hr.shape[1], hr.shape[0]), interpolation=cv2.INTER_NEAREST)))]
+    for row in rows:
+        net, consistent = build_row(row, scale, torch.device(device), tol, 200)
+        if net is None:
+            raise ValueError(f'row {row!r}: no options/test_{row}_x{scale}.yml or no weights it names')
+        with torch.no_grad():
+            if consistent:
+                b = torch.from_numpy(usrnet_measurement(lr[None], sigma255 / 255.0)[0]).permute(0, 3, 1, 2).to(device)
+                y = net(b, operator=op, noise_sigma=sigma255 / 255.0 or None)
+                res = float((op(y.double().cpu()) - b.double().cpu()).flatten(2).norm(dim=2).max())
+            else:
+                y = net(torch.from_numpy(lr[None]).permute(0, 3, 1, 2).to(device))
+        sr = (y.clamp(0, 1) * 255).round().byte()[0].permute(1, 2, 0).cpu().numpy()
+        title = f'{row}\n{psnr_rgb_uint8(sr, hr, scale**2):.2f} dB' + (f', ||Ax-b|| {res:.3f}' if consistent else '')
+        panels.append((title, bgr(sr)))
+    panels.append(('ground truth', bgr(hr)))
+    return compose_figure(panels, scale)
