@@ -41,11 +41,13 @@ def test_shipped_layers_load_strictly_on_their_preset(layer):
     name, scale = layer[len('mcnet_'):].rsplit('_x', 1)
     name, scale = name.removesuffix('_kernels'), int(scale)  # mcnet_<backbone>_kernels_x<s>: trained on blur kernels
     backbone_path = WEIGHTS / f'{name}_x{scale}.pth'
+    state = _params(WEIGHTS / f'{layer}.pth')
     net = MCNetArch(backbone=name, operator={'type': 'bicubic', 'scale': scale},
-                    backbone_path=str(backbone_path) if backbone_path.is_file() else None)
+                    backbone_path=str(backbone_path) if backbone_path.is_file() else None,
+                    noise_beta='log_beta_slope' in state)
     assert (net.backbone_input, net.backbone_channels) == (BACKBONE_PRESETS[name]['input'],
                                                            BACKBONE_PRESETS[name]['channels'])
-    result = net.load_state_dict(_params(WEIGHTS / f'{layer}.pth'), strict=True)
+    result = net.load_state_dict(state, strict=True)
     assert not result.missing_keys and not result.unexpected_keys
 
 
