@@ -1,14 +1,13 @@
 """Backbone presets (mcnet_basicsr/archs/backbone_presets_arch.py): each preset is exactly the arch of the
 checkpoints that go with it (strict loads of the shipped backbones and layers), and MCNetArch, TVTV and plain
 option files build it by name."""
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 from pathlib import Path
 
 import pytest
 import torch
 from basicsr.archs import build_network
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from mcnet_basicsr.archs.backbone_presets_arch import BACKBONE_PRESETS, backbone_options, resolve_backbone
 from mcnet_basicsr.archs.baselines_arch import TVTV
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch

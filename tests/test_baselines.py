@@ -9,8 +9,6 @@ import os
 import subprocess
 import sys
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import cv2
 import numpy as np
 import pytest
@@ -21,10 +19,11 @@ from basicsr.metrics import calculate_psnr
 from basicsr.utils import tensor2img
 from basicsr.utils.matlab_functions import imresize as imresize_basicsr
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import REPO_ROOT, SHARED, load_script, repo_env, sample_photo, shared_path
+from mcnet_basicsr.archs.baselines_arch import TVTV, Bicubic, PnPADMM, _grad, _grad_adjoint
 from mcnet_basicsr.evaluation import tables
 from mcnet_basicsr.evaluation.evaluate import evaluate_option
-from mcnet_basicsr.archs.baselines_arch import TVTV, Bicubic, PnPADMM, _grad, _grad_adjoint
 from mcnet_basicsr.ops import build_operator, imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 

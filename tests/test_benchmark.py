@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO_ROOT, repo_env, shared_path
 from benchmarking import CONFIGS, configured
+from conftest import REPO_ROOT, repo_env, shared_path
 
 SCRIPT = REPO_ROOT / 'benchmarks' / 'benchmark.py'
 

@@ -10,7 +10,6 @@ import torch
 
 from mcnet_basicsr.deq import (SolverConfig, anderson_solve, fixed_point_solve, implicit_fixed_point,
                                release_cuda_graph_memory, solve)
-
 from test_anderson_reference import _mixed_difficulty_map
 
 CUDA = torch.cuda.is_available()

@@ -1,12 +1,11 @@
 """DegradedPairDataset: LR made on the fly by a known degradation, and the model told it per batch."""
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import cv2
 import pytest
 import torch
 from basicsr.data import build_dataset
 from torch.utils.data import default_collate
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo
 from mcnet_basicsr.models.protocol_sr_model import ProtocolSRModel
 from mcnet_basicsr.ops import BlurDownsample, StackedOperator, build_degradation, build_operator

@@ -33,8 +33,9 @@ WORLD = 2
 # ---------------------------------------------------------------- (a) DDP gradient == one-process gradient
 def _tiny_layer(folder, **options):
     """The tiny layer of _save_tiny_problem, float64, with tight solves; ``options`` add arch options (eps_rms)."""
-    import mcnet_basicsr  # noqa: F401
     from basicsr.archs import build_network
+
+    import mcnet_basicsr  # noqa: F401
     tight = {'solver': 'anderson', 'm': 5, 'tol': 1e-11, 'max_iter': 300}
     net = build_network({
         'type': 'MCNetArch', 'backbone': {'type': 'SRCNN', 'num_feat': [8, 4]},
@@ -49,8 +50,9 @@ def _tiny_layer(folder, **options):
 def _save_tiny_problem(folder):
     """The files the workers and _tiny_layer read: a random SRCNN backbone, the layer's initial weights and one batch;
     returns the batch (lr, gt)."""
-    import mcnet_basicsr  # noqa: F401
     from basicsr.archs import build_network
+
+    import mcnet_basicsr  # noqa: F401
     torch.manual_seed(0)
     torch.save({'params': build_network({'type': 'SRCNN', 'num_feat': [8, 4]}).state_dict()}, folder / 'srcnn.pth')
     layer = build_network({'type': 'MCNetArch', 'backbone': {'type': 'SRCNN', 'num_feat': [8, 4]},

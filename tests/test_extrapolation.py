@@ -4,11 +4,10 @@ fixed point, keep the output exactly consistent, and leave training (grad enable
 
 CPU only; the shipped weights; scikit-image's photos (no download).
 """
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import pytest
 import torch
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 from mcnet_basicsr.deq import solve

@@ -10,14 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import cv2
 import numpy as np
 import pytest
 import torch
 from basicsr.metrics import calculate_psnr
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import repo_env, sample_photo
 from mcnet_basicsr.cli.inference import get_model, main, super_resolve
 from mcnet_basicsr.ops import imresize

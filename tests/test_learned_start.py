@@ -5,14 +5,13 @@ needs fewer iterations to the same output.
 CPU only; a random SRCNN (8-4 features) as the backbone, a 3-layer 8-channel DnCNN and a 3-layer 8-channel start, on
 16x16 HR patches of a real photo.
 """
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import pytest
 import torch
 from basicsr.archs import build_network
 from basicsr.models import build_model
 from basicsr.utils import get_root_logger
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo, tiny_layer_options
 from mcnet_basicsr.archs.learned_start_arch import build_start_network, load_start_network
 from mcnet_basicsr.ops import build_operator

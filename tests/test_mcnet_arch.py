@@ -8,13 +8,12 @@ when present.
 import copy
 import math
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import numpy as np
 import pytest
 import torch
 from basicsr.archs import build_network
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import SHARED, central_difference, sample_photo
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 from mcnet_basicsr.ops import build_operator, eps_from_rms

@@ -2,12 +2,11 @@
 and a ball widened for noise. CPU, float64, a random RGB backbone and a small denoiser."""
 import math
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import numpy as np
 import pytest
 import torch
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 from mcnet_basicsr.ops import StackedOperator, build_operator, noisy_radius, repeat_samples

@@ -4,12 +4,11 @@ the same fixed point as the standard start in fewer iterations at the command's 
 
 CPU only; the shipped weights; scikit-image's photos (no download).
 """
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import numpy as np
 import pytest
 import torch
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 import mcnet_sr_cli
 from conftest import sample_photo
 from mcnet_basicsr.cli.inference import get_model

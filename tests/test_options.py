@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from basicsr.utils.registry import ARCH_REGISTRY
 
 import mcnet_basicsr  # noqa: F401  (registers the archs)
-from basicsr.utils.registry import ARCH_REGISTRY
 
 OPTIONS = sorted((Path(__file__).resolve().parents[1] / 'options').glob('*.yml'))
 

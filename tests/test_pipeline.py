@@ -49,8 +49,9 @@ def workspace(tmp_path_factory):
         cv2.imwrite(str(hr_dir / f'{name}.png'), cv2.cvtColor(sample_photo(name, size), cv2.COLOR_RGB2BGR))
     run(['scripts/prepare_datasets.py', '--src', str(root / 'src'), '--root', str(root / 'datasets'), '--scales', '2',
          '--train-sets', 'Photos', '--eval-sets', 'Photos', '--patch-size', '48', '--step', '48'], cwd=REPO_ROOT)
-    import mcnet_basicsr  # noqa: F401
     from basicsr.archs import build_network
+
+    import mcnet_basicsr  # noqa: F401
     torch.manual_seed(0)
     srcnn = build_network({'type': 'SRCNN', 'padding_mode': 'replicate'})
     torch.save({'params': srcnn.state_dict()}, root / 'srcnn_x2.pth')
@@ -173,8 +174,9 @@ def test_test_pipeline_on_set5(workspace, tmp_path):
     ws = workspace
     run(['scripts/prepare_datasets.py', '--src', str(SHARED / 'datasets'), '--root', str(tmp_path / 'datasets'),
          '--scales', '2', '--eval-sets', 'Set5', '--train-sets'], cwd=REPO_ROOT)
-    import mcnet_basicsr  # noqa: F401
     from basicsr.archs import build_network
+
+    import mcnet_basicsr  # noqa: F401
     net = build_network(tiny_train_option(ws, 1)['network_g'])
     torch.save({'params': net.state_dict()}, tmp_path / 'layer.pth')
     opt = tiny_test_option(ws, tmp_path / 'layer.pth', 'e2e_set5')
@@ -246,7 +248,7 @@ def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
     assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
     assert sorted(line.split(' (')[1].split(',')[0] for line in lines) == [
         'datasets.train.dataroot_gt', 'datasets.train.dataroot_lq', 'datasets.val.dataroot_gt',
-        'datasets.val.dataroot_lq', 'network_g.backbone_path'], lines
+        'datasets.val.dataroot_lq', 'network_g.backbone.path'], lines
     assert all(f'relative to the current folder {checkout}) is missing; ' in line for line in lines), lines
     # with (stand-ins for) them there, it trains: a short run on the CPU, set with --force_yml
     stand_in_data(checkout, eval_sets=('Set5',), train_sets=('T91',))
@@ -345,8 +347,9 @@ def test_train_with_ema_keeps_a_contractive_average(workspace):
     assert diff > 1e-4, 'the EMA copy equals the trained weights'
     assert '# psnr:' in newest_log(exp, 'train')
 
-    import mcnet_basicsr  # noqa: F401
     from basicsr.archs import build_network
+
+    import mcnet_basicsr  # noqa: F401
     net = build_network(dict(opt['network_g']))
     net.load_state_dict(ckpt['params_ema'])
     net.eval()

@@ -2,14 +2,13 @@
 import subprocess
 import sys
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import pytest
 import torch
 from basicsr.archs import build_network
 from basicsr.models import build_model
 from basicsr.utils.registry import ARCH_REGISTRY
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import REPO_ROOT, sample_photo
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 from mcnet_basicsr.models.mcnet_model import MCNetModel

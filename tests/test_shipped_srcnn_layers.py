@@ -20,12 +20,11 @@ import shutil
 import subprocess
 import sys
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import pytest
 import torch
 import yaml
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import REPO_ROOT, repo_env, shared_path
 from mcnet_basicsr.evaluation.evaluate import evaluate_option
 from mcnet_basicsr.zoo.convert import convert_weights
