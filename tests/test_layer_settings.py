@@ -65,6 +65,13 @@ def test_scoped_settings_restore_on_exit_and_on_exception():
     assert net.layer_settings is before
     with pytest.raises(AttributeError):
         net.backbone_dtype = torch.bfloat16  # settings change only through the settings mechanism
+    # an attribute named as a setting would be ignored by every solve: refused, saying how settings change
+    for name, value in (('tile', 8), ('extrapolation', 0.25), ('allow_tf32', True), ('solver', {}),
+                        ('forward_solver', SolverConfig()), ('backward_solver', None), ('observer', print)):
+        with pytest.raises(AttributeError, match=rf'{name} is a layer setting.*net\.settings\({name}='):
+            setattr(net, name, value)
+        assert not hasattr(net, name)
+    assert net.layer_settings is before
 
 
 def test_per_call_settings_do_not_leak_and_change_the_solve():

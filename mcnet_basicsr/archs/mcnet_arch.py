@@ -1,3 +1,4 @@
+import dataclasses
 import math
 from contextlib import contextmanager
 from copy import deepcopy
@@ -27,6 +28,8 @@ _LUMA_NOISE = ((65.481**2 + 128.553**2 + 24.966**2)**0.5) / 255.0
 # own options)
 BACKBONE_KEYS = ('net', 'path', 'param_key', 'input', 'channels')
 BETA_KEYS = ('init', 'learn', 'noise')
+# names an assignment to the layer must not take: they are settings (LayerSettings), in force through net.settings
+_SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(LayerSettings)) | {'solver'}
 
 
 class _Frozen:
@@ -281,6 +284,13 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             self.register_load_state_dict_post_hook(_keep_own_start)
 
     # ------------------------------------------------------------------ settings
+    def __setattr__(self, name, value):
+        if name in _SETTING_NAMES:  # an attribute of that name would be ignored by every solve
+            raise AttributeError(f'{name} is a layer setting, not an attribute: run under it with '
+                                 f'"with net.settings({name}=...):" or run(..., settings={{{name!r}: ...}}); '
+                                 'net.layer_settings holds those in force.')
+        super().__setattr__(name, value)
+
     @property
     def layer_settings(self):
         """The :class:`~mcnet_basicsr.archs.layer_settings.LayerSettings` in force (read-only; change them with
