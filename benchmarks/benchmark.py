@@ -34,12 +34,13 @@ import os.path as osp
 import sys
 import time
 
+import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)  # isort: split
+
 import numpy as np
 import torch
 from basicsr.archs import build_network
 from tqdm import tqdm
 
-import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
 from benchmarking import (BIG_CONFIGS, CONFIGS, FORCED_TOL, PAPER, PAPER_BACKWARD, QUICK_CONFIGS, REFERENCE, Budget,
                           big_input, evaluate_config, load_pairs, run_row, train_patches)
 from mcnet_basicsr.deq import anderson_solve, fixed_point_solve

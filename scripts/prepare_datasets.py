@@ -34,11 +34,12 @@ import shutil
 import sys
 import tempfile
 
+import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)  # isort: split
+
 import cv2
 from basicsr.utils.lmdb_util import make_lmdb_from_imgs
 from tqdm import tqdm
 
-import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
 from mcnet_basicsr.data.degradations import degraded_lr_uint8
 from mcnet_basicsr.ops import DEGRADATIONS, BlurDownsample, build_degradation, load_kernel
 from mcnet_basicsr.utils.images import bicubic_lr, list_images, mod_crop, read_hr
