@@ -112,8 +112,8 @@ CASES = [('plain', False, False), ('mcnet', False, False), ('mcnet', True, False
 
 
 @pytest.mark.parametrize('network, allow, wrapped', CASES)
-def test_protocol_model_runs_the_network_in_float32_unless_it_allows_tf32(srcnn_ckpt, set_tf32_flags, network,
-                                                                           allow, wrapped):
+def test_protocol_model_runs_the_network_in_float32_unless_it_allows_tf32(srcnn_ckpt, set_tf32_flags, network, allow,
+                                                                          wrapped):
     """A backbone's row of the tables runs as the backbone inside an MCNet layer does: TF32 off (PyTorch's default turns
     it on for cuDNN convolutions) unless the network's settings set allow_tf32, read through a wrapper (DataParallel)
     too; the process's flags are restored afterwards."""
