@@ -66,11 +66,13 @@ def test_how_to_make(tmp_path, monkeypatch):
     assert how_to_make('experiments/pretrained_models/DnCNN_noise15.pth') == \
         'python scripts/fetch_assets.py dncnn17_ryu'
     assert how_to_make('experiments/pretrained_models/RCAN_BIX2.pth').startswith('convert your copy')
-    present = {'network_g': {'denoiser_path': str(tmp_path)}, 'path': {'pretrain_network_g': None}}
+    present = {'network_g': {'denoiser': {'depth': 6, 'path': str(tmp_path)}}, 'path': {'pretrain_network_g': None}}
+    assert option_inputs(present) == [('network_g.denoiser.path', str(tmp_path))]
     assert missing_option_inputs(present) == []
-    gone = str(tmp_path / 'start.pth')  # a learned start's weights are checked too
-    assert [entry[:2] for entry in missing_option_inputs({'network_g': {'start_path': gone}})] == [
-        ('network_g.start.path', gone)]
+    gone = str(tmp_path / 'start.pth')  # a learned start's weights are checked too, and a backbone's
+    opt = {'network_g': {'start': {'depth': 8, 'path': gone}, 'backbone': {'net': 'srcnn', 'path': gone + '.b'}}}
+    assert sorted(entry[:2] for entry in missing_option_inputs(opt)) == [
+        ('network_g.backbone.path', gone + '.b'), ('network_g.start.path', gone)]
 
 
 def test_shipped_weights_resolve_from_any_folder(tmp_path, monkeypatch):
