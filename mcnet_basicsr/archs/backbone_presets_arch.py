@@ -13,8 +13,8 @@ preset                    architecture                                          
 
 Where to use them:
 
-* ``MCNetArch`` / ``TVTV``: ``backbone: rcan_compact`` (the scale is the operator's; ``backbone_input`` and
-  ``backbone_channels`` default to the preset's);
+* ``MCNetArch`` / ``TVTV``: ``backbone: rcan_compact`` (the scale is the operator's; ``backbone.input`` and
+  ``backbone.channels`` default to the preset's);
 * a plain option file (the backbone alone, BasicSR's ``SRModel``)::
 
       network_g:
