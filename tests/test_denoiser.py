@@ -176,9 +176,9 @@ def test_checkpoint_loads_into_mcnet_and_pnp(trained):
     exp, _ = trained
     ckpt = str(exp / 'models/net_g_latest.pth')
     ref = load_dncnn(DnCNN(**TINY), ckpt).state_dict()
-    mcnet = MCNetArch(backbone={'type': 'SRCNN'}, operator={'type': 'bicubic', 'scale': 2}, backbone_channels=1,
-                      backbone_input='upsampled', denoiser=TINY, denoiser_path=ckpt)
-    pnp = PnPADMM(operator={'type': 'bicubic', 'scale': 2}, denoiser=TINY, denoiser_path=ckpt, iterations=3)
+    mcnet = MCNetArch(backbone={'net': {'type': 'SRCNN'}, 'channels': 1, 'input': 'upsampled'},
+                      operator={'type': 'bicubic', 'scale': 2}, denoiser=dict(TINY, path=ckpt))
+    pnp = PnPADMM(operator={'type': 'bicubic', 'scale': 2}, denoiser=dict(TINY, path=ckpt), iterations=3)
     for net in (mcnet.denoiser, pnp.denoiser):
         for k, v in ref.items():
             assert torch.equal(net.state_dict()[k], v), k

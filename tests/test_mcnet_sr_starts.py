@@ -42,8 +42,8 @@ def _solve(scale, lr, hr_bgr, start, tol):
     net = build_pretrained_mcnet(scale, solver={'preset': 'tables', 'tol': tol}, start=start)
     w, _ = net.backbone_estimate(lr)
     with torch.no_grad():
-        out = net.solve(w, luma(lr.double()))
-    return int(net.last_stats['forward'].iterations[0]), y_uint8_metrics(out, hr_bgr, scale)[0]
+        out, info = net.solve(w, luma(lr.double()))
+    return int(info['forward'].iterations[0]), y_uint8_metrics(out, hr_bgr, scale)[0]
 
 
 @pytest.mark.slow

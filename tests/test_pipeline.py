@@ -85,9 +85,9 @@ def tiny_train_option(ws, total_iter, name='e2e_mcnet_srcnn_x2'):
     opt['datasets']['val'].update(dataroot_gt=str(ws / 'datasets/Photos/HR_mod2'),
                                   dataroot_lq=str(ws / 'datasets/Photos/LR_bicubic/X2'))
     net = opt['network_g']
-    net['backbone_path'] = str(ws / 'srcnn_x2.pth')
-    net['denoiser_path'] = None
-    net['solver'] = {'forward': {'tol': 1e-3, 'max_iter': 8}, 'backward': {'tol': 1e-2, 'max_iter': 6}}
+    net['backbone']['path'] = str(ws / 'srcnn_x2.pth')
+    net['denoiser']['path'] = None
+    net['settings']['solver'] = {'forward': {'tol': 1e-3, 'max_iter': 8}, 'backward': {'tol': 1e-2, 'max_iter': 6}}
     opt['train'].update(total_iter=total_iter)
     opt['train']['scheduler']['milestones'] = [total_iter]
     opt['val']['val_freq'] = 2
@@ -102,8 +102,8 @@ def tiny_test_option(ws, weights, name):
     opt['datasets'] = {'test_1': dict(opt['datasets']['test_1'], name='Photos',
                                       dataroot_gt=str(ws / 'datasets/Photos/HR_mod2'),
                                       dataroot_lq=str(ws / 'datasets/Photos/LR_bicubic/X2'))}
-    opt['network_g']['backbone_path'] = str(ws / 'srcnn_x2.pth')
-    opt['network_g']['solver'] = {'forward': {'tol': 1e-4, 'max_iter': 30}}
+    opt['network_g']['backbone']['path'] = str(ws / 'srcnn_x2.pth')
+    opt['network_g']['settings']['solver'] = {'forward': {'tol': 1e-4, 'max_iter': 30}}
     opt['path']['pretrain_network_g'] = str(weights)
     return opt
 
@@ -196,7 +196,7 @@ def test_shipped_option_file_runs_from_another_folder(tmp_path):
     name = f'e2e_from_another_folder_{os.getpid()}'
     option = REPO_ROOT / 'options' / 'test_mcnet_rcan_compact_x2.yml'
     run([str(REPO_ROOT / 'mcnet_basicsr' / 'test.py'), '-opt', str(option), '--force_yml', f'name={name}',
-         'num_gpu=0', 'network_g:solver:forward:max_iter=20'], cwd=tmp_path)
+         'num_gpu=0', 'network_g:settings:solver:forward:max_iter=20'], cwd=tmp_path)
     log = newest_log(tmp_path / 'results' / name, 'test')  # results/ in the current folder too
     assert log.count('# psnr:') == 2 and 'Validation Set14: fidelity_float' in log, log[-3000:]
     assert f'from {REPO_ROOT / "mcnet_basicsr" / "weights" / "mcnet_rcan_compact_x2.pth"}' in log
@@ -258,7 +258,7 @@ def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
                  'datasets:train:gt_size=48', 'datasets:train:num_worker_per_gpu=0',
                  'datasets:train:dataset_enlarge_ratio=1', 'val:val_freq=2', 'logger:print_freq=1',
                  'logger:save_checkpoint_freq=2', 'logger:use_tb_logger=false',
-                 'network_g:solver:forward:max_iter=8', 'network_g:solver:backward:max_iter=6']
+                 'network_g:settings:solver:forward:max_iter=8', 'network_g:settings:solver:backward:max_iter=6']
     run(readme_example + short_run, cwd=checkout, env=env, python=python)
     exp = checkout / 'experiments' / 'train_MCNet_SRCNN_x2'
     assert (exp / 'models' / 'net_g_2.pth').is_file() and '# psnr:' in newest_log(exp, 'train')
@@ -316,9 +316,10 @@ def test_shipped_compact_rcan_and_its_layer_through_test_pipeline(workspace):
     for name in ('test_rcan_compact_x2.yml', 'test_mcnet_rcan_compact_x2.yml'):
         opt = _photos_test_option(ws, name, f'e2e_{name[:-4]}')
         opt['path']['pretrain_network_g'] = str(REPO_ROOT / opt['path']['pretrain_network_g'])
-        if 'backbone_path' in opt['network_g']:
-            opt['network_g']['backbone_path'] = str(REPO_ROOT / opt['network_g']['backbone_path'])
-            opt['network_g']['solver'] = {'forward': {'tol': 1e-5, 'max_iter': 100}}
+        if opt['network_g']['type'] == 'MCNetArch':
+            backbone = opt['network_g']['backbone']
+            backbone['path'] = str(REPO_ROOT / backbone['path'])
+            opt['network_g']['settings']['solver'] = {'forward': {'tol': 1e-5, 'max_iter': 100}}
         in_process('test', ws, dump_option(opt, ws / f'{name}'))
         log = newest_log(ws / 'results' / opt['name'], 'test')
         psnr[name] = float(log.split('# psnr: ')[1].split()[0])

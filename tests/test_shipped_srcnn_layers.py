@@ -70,8 +70,8 @@ def _run(option, root, srcnn_path, scale, images=1):
     opt['datasets'] = {'test_1': ds}
     net = opt['network_g']
     if net['type'] == 'MCNetArch':
-        net['backbone_path'] = srcnn_path
-        net['solver']['forward'].update(cuda_graph=False)  # the tables' preset, as the option file says
+        net['backbone']['path'] = srcnn_path
+        net['settings']['solver']['forward'].update(cuda_graph=False)  # the tables' preset, as the option file says
     else:
         opt['path']['pretrain_network_g'] = srcnn_path
     (record, ) = evaluate_option(opt, torch.device('cpu'))
