@@ -32,7 +32,7 @@ setup(
         'scikit-image',
         'tqdm',
     ],
-    extras_require={'test': ['pytest', 'pytest-xdist', 'flake8']},
+    extras_require={'test': ['pytest', 'pytest-xdist', 'flake8', 'isort']},
     entry_points={'console_scripts': ['mcnet-sr=mcnet_sr_cli:console_main']},
     license='Apache-2.0',
 )

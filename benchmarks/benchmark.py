@@ -34,22 +34,21 @@ import os.path as osp
 import sys
 import time
 
-import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
+import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)  # isort: split
 
 import numpy as np
 import torch
 from basicsr.archs import build_network
 from tqdm import tqdm
 
+from benchmarking import (BIG_CONFIGS, CONFIGS, FORCED_TOL, PAPER, PAPER_BACKWARD, QUICK_CONFIGS, REFERENCE, Budget,
+                          big_input, evaluate_config, load_pairs, run_row, train_patches)
 from mcnet_basicsr.deq import anderson_solve, fixed_point_solve
 from mcnet_basicsr.evaluation.evaluate import load_weights, read_option, resolve_device
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.files import replace_section, write_json, write_text
 from mcnet_basicsr.utils.precision import tf32
 from mcnet_basicsr.zoo.pretrained import weight_path
-
-from benchmarking import (BIG_CONFIGS, CONFIGS, FORCED_TOL, PAPER, PAPER_BACKWARD, QUICK_CONFIGS, REFERENCE, Budget,
-                          big_input, evaluate_config, load_pairs, run_row, train_patches)
 from timing import conv_flops_per_pixel, device_name, median_ms, peak_mb, reset_peak, sync
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), osp.pardir))
@@ -66,14 +65,14 @@ def build_mcnet(backbone, weights, scale, device, quick):
     opt = read_option(osp.join(ROOT, 'options', MCNET_OPTIONS[backbone, weights].format(s=scale)))
     net_opt, note = opt['network_g'], ''
     if backbone == 'srcnn' and weights == 'ours':
-        net_opt['backbone_path'], note = weight_path(f'srcnn_x{scale}.pth'), f'our shipped SRCNN x{scale}'
+        net_opt['backbone']['path'], note = weight_path(f'srcnn_x{scale}.pth'), f'our shipped SRCNN x{scale}'
     if quick and backbone == 'rcan':  # a tiny random RCAN of the same type: the code path, not the numbers
-        net_opt['backbone'] = {'type': 'RCAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 8, 'num_group': 1,
-                               'num_block': 1, 'squeeze_factor': 4, 'upscale': scale}
-        net_opt.pop('backbone_path', None)
+        net_opt['backbone'] = {'net': {'type': 'RCAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 8, 'num_group': 1,
+                                       'num_block': 1, 'squeeze_factor': 4, 'upscale': scale}}
         note = 'tiny random RCAN (quick run)'
     path_opt = dict(opt.get('path', {}))
-    for node, key in ((net_opt, 'backbone_path'), (net_opt, 'start_path'), (path_opt, 'pretrain_network_g')):
+    for node, key in ((net_opt['backbone'], 'path'), (net_opt.get('start') or {}, 'path'),
+                      (path_opt, 'pretrain_network_g')):
         if node.get(key):
             node[key] = osp.join(ROOT, node[key])
             if not osp.isfile(node[key]):
@@ -190,18 +189,18 @@ def section_train(args, device, budget, rows):
     def step_fn(iters, forward):
         def one():
             opt.zero_grad(set_to_none=True)
-            out = net(lq)
+            out, info = net.run(lq)
             loss = torch.nn.functional.mse_loss(rgb_to_ycbcr(out)[:, :1], gt_y)
             loss.backward()
             opt.step()
-            return loss
+            return loss, info
 
         restore()
         net.train()
-        net.set_solver(forward=forward, backward=bwd)
         opt = torch.optim.Adam(params, lr=1e-6)
         try:
-            with tf32(False):  # the backward solve runs in loss.backward(), outside the arch's own scope
+            # the backward solve runs in loss.backward(), outside the arch's own TF32 scope
+            with tf32(False), net.settings(solver={'forward': forward, 'backward': bwd}):
                 for _ in range(steps[0]):
                     one()
                 base = reset_peak(device)
@@ -209,11 +208,11 @@ def section_train(args, device, budget, rows):
                 for _ in range(steps[1]):
                     sync(device)
                     t0 = time.perf_counter()
-                    loss = one()
+                    loss, info = one()
                     sync(device)
                     times.append(time.perf_counter() - t0)
-                    fwd_it.append(float(net.last_stats['forward'].iterations.double().mean()))
-                    bs = net.last_stats['backward'].stats
+                    fwd_it.append(float(info['forward'].iterations.double().mean()))
+                    bs = info['backward'].stats
                     bwd_it.append(float(bs.iterations.double().mean()) if bs is not None else float('nan'))
         finally:
             net.eval()

@@ -25,15 +25,13 @@ import platform
 import statistics
 import sys
 
-import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
-
 import numpy as np
 import torch
 
+import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
 from blur_benchmark import blur_record
-from timing import call_ms, median_ms
-
 from mcnet_basicsr.ops import DEGRADATIONS, QUANTIZATION_EPS_RMS, build_operator, eps_from_rms
+from timing import call_ms, median_ms
 
 
 def parse_shape(text):

@@ -18,7 +18,6 @@ from mcnet_basicsr.ops import build_operator
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.images import bicubic_lr, list_images, mod_crop, read_hr, read_rgb
 from mcnet_basicsr.utils.precision import cudnn_autotune
-
 from timing import peak_mb, reset_peak, sync
 
 LOG = logging.getLogger(__name__)
@@ -164,6 +163,9 @@ def train_patches(pairs, batch, patch, scale, seed=0):
 
 
 # ---------------------------------------------------------------------------------------------- networks
+_DTYPE_NAMES = {None: None, torch.bfloat16: 'bf16', torch.float16: 'fp16'}  # LayerSettings names the dtypes
+
+
 class configured:
     """Context: a configuration (solver, backbone dtype, channels_last, TF32, cuDNN autotuning) applied to ``net``."""
 
@@ -174,12 +176,11 @@ class configured:
         solver = dict(self.cfg['solver'])
         if self.quick:
             solver['max_iter'] = min(solver['max_iter'], 4)
-        self.saved = (self.net.forward_solver, self.net.backward_solver, self.net.backbone_dtype, self.net.allow_tf32,
-                      self.net.extrapolation)
-        self.net.set_solver(forward=solver)
-        self.net.extrapolation = self.cfg.get('extrapolation', 0.0)  # every configuration says its own (default none)
-        self.net.backbone_dtype = self.cfg.get('backbone_dtype')
-        self.net.allow_tf32 = self.cfg.get('tf32', False)  # the arch scopes TF32 to its own forward
+        # every configuration says its own extrapolation (default none); the arch scopes TF32 to its own forward
+        self.scope = self.net.settings(solver={'forward': solver}, extrapolation=self.cfg.get('extrapolation', 0.0),
+                                       backbone_dtype=_DTYPE_NAMES[self.cfg.get('backbone_dtype')],
+                                       allow_tf32=self.cfg.get('tf32', False))
+        self.scope.__enter__()
         if self.cfg.get('channels_last'):
             self.net.to(memory_format=torch.channels_last)
         self.autotune = cudnn_autotune(self.cfg.get('cudnn_benchmark', False))
@@ -190,8 +191,7 @@ class configured:
         self.autotune.__exit__(*exc)
         if self.cfg.get('channels_last'):
             self.net.to(memory_format=torch.contiguous_format)
-        (self.net.forward_solver, self.net.backward_solver, self.net.backbone_dtype, self.net.allow_tf32,
-         self.net.extrapolation) = self.saved
+        self.scope.__exit__(*exc)
 
 
 # ---------------------------------------------------------------------------------------------- eval
@@ -212,14 +212,14 @@ def evaluate_config(net, cfg, pairs, scale, device, quick, flops_px, peak_tflops
             sync(device)
             t0 = time.perf_counter()
             with torch.no_grad():
-                out = net(lq)
+                out, info = net.run(lq)
             sync(device)
             secs.append(time.perf_counter() - t0)
-            stats = net.last_stats['forward']
+            stats = info['forward']
             iters.append(float(stats.iterations.double().mean()))
             nfes.append(stats.nfe)
             graphed.append(stats.cuda_graph)
-            eps.append(float(net.last_stats['eps']))
+            eps.append(float(info['eps']))
             y = rgb_to_ycbcr(out.double())[:, :1]
             fids.append(float(op.residual_norm(y, rgb_to_ycbcr(lq.double())[:, :1])[0]))
             if hr is not None:
@@ -228,7 +228,7 @@ def evaluate_config(net, cfg, pairs, scale, device, quick, flops_px, peak_tflops
                 psnrs.append(calculate_psnr(sr_img, gt_img, crop_border=scale, test_y_channel=True))
             # the solve evaluates the map nfe times (its output is F at the iterate it stops at, which it has
             # evaluated), an extrapolated output once more
-            evaluations = stats.nfe + (1 if net.extrapolation else 0)
+            evaluations = stats.nfe + (1 if net.layer_settings.extrapolation else 0)
             bound.append(flops_px * out.shape[-2] * out.shape[-1] * evaluations / (peak_tflops * 1e12))
     graph_used = all(graphed)  # what the solver reports it did
     if cfg['solver'].get('cuda_graph') and not graph_used:

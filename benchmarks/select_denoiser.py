@@ -81,10 +81,10 @@ def build_option(method, scale, data_root, denoiser, iterations, extra_sets=()):
     else:
         opt.setdefault('path', {})['pretrain_network_g'] = None
         overrides.append('path.pretrain_network_g=~')
-        net['backbone_path'] = _repo_path(net.get('backbone_path'))
+        net['backbone']['path'] = _repo_path(net['backbone'].get('path'))
         if iterations is not None:
-            net.setdefault('solver', {}).setdefault('forward', {})['max_iter'] = iterations
-            overrides.append(f'network_g.solver.forward.max_iter={iterations}')
+            net.setdefault('settings', {}).setdefault('solver', {}).setdefault('forward', {})['max_iter'] = iterations
+            overrides.append(f'network_g.settings.solver.forward.max_iter={iterations}')
     for item in extra_sets:
         set_by_path(opt, *item.split('=', 1))
         overrides.append(item)
@@ -101,8 +101,8 @@ def select(candidates, method='pnp', scale=2, data_root=None, denoiser=None, ite
     records = []
     for path in tqdm(candidates, desc=f'{method} x{scale} Set5', unit='denoiser'):
         opt = yaml.safe_load(yaml.safe_dump(base))  # deep copy
-        opt['network_g']['denoiser_path'] = path
-        (rec, ) = evaluate_option(opt, device, overrides + [f'network_g.denoiser_path={path}'], limit)
+        opt['network_g']['denoiser']['path'] = path
+        (rec, ) = evaluate_option(opt, device, overrides + [f'network_g.denoiser.path={path}'], limit)
         rec['checkpoint'] = path
         records.append(rec)
         tqdm.write(f'{osp.basename(osp.dirname(osp.dirname(path))) or "."}/{osp.basename(path)}: '

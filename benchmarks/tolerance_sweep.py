@@ -21,7 +21,6 @@ This is how ``mcnet-sr``'s default ``--tol`` per layer is chosen (the cards' ``t
 ``scripts/prepare_datasets.py`` (``datasets/<set>/HR_mod<s>`` and ``datasets/<set>/LR_bicubic/X<s>``).
 """
 import argparse
-import itertools
 import json
 import os.path as osp
 import sys
@@ -30,13 +29,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from mcnet_basicsr.deq import fixed_point_residual
+from benchmarking import load_pairs
 from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
 from mcnet_basicsr.utils.color import luma
-from mcnet_basicsr.utils.progress import observed_fixed_point_map
+from mcnet_basicsr.utils.precision import tf32
 from mcnet_basicsr.zoo.pretrained import build_pretrained_mcnet, default_eps_rms
-
-from benchmarking import load_pairs
 from timing import device_name
 
 TOLS = (1e-4, 5e-5, 3e-5, 2e-5, 1.5e-5, 1e-5, 7e-6, 5e-6, 3e-6, 2e-6)
@@ -57,52 +54,47 @@ def sweep_image(net, lr, hr_bgr, tols):
     """The tables' solve of one image, observed at every iterate; returns the tables' iterations and PSNR and, per
     tolerance, ``[iterations, psnr]`` of the output a solve at that tolerance returns.
 
-    The solve is the layer's own (:meth:`MCNetArch.solve`, under its TF32 setting); a solve stopped at iterate
-    ``z_k`` would return ``F(z_k)``'s image part through :meth:`MCNetArch.consistent_output`, scored here. Only the
-    ``F(z_k)`` at which the residual first meets each tolerance is kept (the solver's own residual,
-    :func:`~mcnet_basicsr.deq.fixed_point_residual`), not all of them: up to 300 image-sized tensors otherwise. With
-    the net's ``extrapolation`` set, a stopped solve returns F at the extrapolated iterate instead, scored likewise;
-    the tables' solve itself is not extrapolated.
+    The solve is the layer's own (:meth:`MCNetArch.solve`, under its TF32 setting) with an observer
+    (``LayerSettings.observer``) that keeps the first iterate ``z_k`` whose residual (the solver's own) meets each
+    tolerance; a solve stopped there would return ``F(z_k)``'s image part through
+    :meth:`MCNetArch.consistent_output`, scored here (F evaluated once more per tolerance met; not every iterate is
+    kept: up to 300 image-sized tensors otherwise). With the net's ``extrapolation`` set, a stopped solve returns F
+    at the extrapolated iterate instead, scored likewise; the tables' solve itself is not extrapolated.
     """
     w, _ = net.backbone_estimate(lr)
     b = luma(lr.double())
-    stop, channels = net.forward_solver.stop, w.shape[1]
+    channels = w.shape[1]
     pending = sorted(tols, reverse=True)  # the residual meets the largest tolerance first
-    first = {}  # tol -> (k, image part of F(z_k), or (z_k, F(z_k)) to extrapolate) at the first z_k that meets tol
-    extrapolation = net.extrapolation
-    evaluation = itertools.count()
+    first = {}  # tol -> (k, z_k) at the first z_k that meets tol (k: 0-based)
+    extrapolation = net.layer_settings.extrapolation
 
-    def observe(z, fz):
-        k = next(evaluation)
-        if not pending:
-            return
-        r = float(fixed_point_residual(fz.reshape(len(fz), -1), z.reshape(len(z), -1), stop)[0])
+    def observe(iteration, z, residual):
+        r = float(residual[0])
         while pending and r <= pending[0]:
-            first[pending.pop(0)] = (k, (z.clone(), fz.clone()) if extrapolation else fz[:, :channels].clone())
+            first[pending.pop(0)] = (iteration - 1, z.clone())
 
-    net.extrapolation = 0.0  # the tables' solve plain; ``extrapolation`` (the net's) scores the stopped solves
-    try:
-        with observed_fixed_point_map(net, observe):
-            out = net.solve(w, b)
-    finally:
-        net.extrapolation = extrapolation
-    stats, eps = net.last_stats['forward'], net.last_stats['eps']
-    n = int(stats.iterations[0])  # evaluations after the n-th one (the output's) are not the solver's
+    # the tables' solve plain; ``extrapolation`` (the net's) scores the stopped solves
+    out, info = net.solve(w, b, settings={'extrapolation': 0.0, 'observer': observe})
+    stats, eps = info['forward'], info['eps']
+    n = int(stats.iterations[0])
     scale = net.scale
 
     def psnr(x):
         return y_uint8_metrics(x, hr_bgr, scale)[0]
 
     row = {'tables_iterations': n, 'tables_psnr': psnr(out)}
-    f = net.fixed_point_map(w, b.to(w.dtype), eps) if extrapolation else None  # the map the extrapolated outputs need
+    f = None
     for tol in tols:
-        k, image = first.get(tol, (n, None))
+        k, z = first.get(tol, (n, None))
         if k >= n:  # never met within the tables' solve: a solve at tol runs as long and returns the same
             row[f'{tol:g}'] = [n, row['tables_psnr']]
         else:
-            if extrapolation:  # the output of the extrapolated iterate (MCNetArch.extrapolation): F once more
-                image = f(net.extrapolated_iterate(*image))[:, :channels]
-            row[f'{tol:g}'] = [k + 1, psnr(net.consistent_output(image, b, eps))]
+            f = f or net.fixed_point_map(w, b.to(w.dtype), eps)  # the solve's map (its spectral norm estimate kept)
+            with tf32(net.layer_settings.allow_tf32):
+                fz = f(z)
+                if extrapolation:  # the output of the extrapolated iterate (LayerSettings.extrapolation): F once more
+                    fz = f(net.extrapolated_iterate(z, fz))
+            row[f'{tol:g}'] = [k + 1, psnr(net.consistent_output(fz[:, :channels], b, eps))]
     return row
 
 
@@ -151,20 +143,20 @@ def main(argv=None):
     eps_rms = None if args.backbone == 'srcnn' else default_eps_rms(args.backbone)
     net = build_pretrained_mcnet(args.scale, device=device, backbone_path=args.backbone_weights, eps_rms=eps_rms,
                                  solver={'preset': 'tables'}, backbone=args.backbone, start=not args.no_start)
-    net.extrapolation = args.extrapolation
     # the tables' setting begins at P_S(w): with a learned start, its result is the reference the rows are scored by
     reference = None if net.start is None else build_pretrained_mcnet(
         args.scale, device=device, eps_rms=eps_rms, solver={'preset': 'tables'}, backbone=args.backbone, start=False)
     record = {'scale': args.scale, 'backbone': args.backbone, 'backbone_weights': args.backbone_weights or 'shipped',
               'learned_start': net.start is not None, 'extrapolation': args.extrapolation,
-              'solver': net.forward_solver.to_dict(), 'device': device_name(device), 'torch': torch.__version__,
-              'sets': {}}
+              'solver': net.layer_settings.forward_solver.to_dict(), 'device': device_name(device),
+              'torch': torch.__version__, 'sets': {}}
     for dataset in args.datasets:
         rows = {}
         for file, hr_bgr, lr in tqdm(prepared_pairs(args.data_root, dataset, args.scale, args.limit),
                                      desc=f'{dataset} x{args.scale}', file=sys.stderr):
             lr = lr.to(device)
-            row = rows[osp.splitext(file)[0]] = sweep_image(net, lr, hr_bgr, tols)
+            with net.settings(extrapolation=args.extrapolation):
+                row = rows[osp.splitext(file)[0]] = sweep_image(net, lr, hr_bgr, tols)
             if reference is not None:  # the same solve from the standard start, observed at no tolerance
                 row['reference_psnr'] = sweep_image(reference, lr, hr_bgr, ())['tables_psnr']
         summary = summarise(rows, tols)

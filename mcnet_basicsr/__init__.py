@@ -11,9 +11,8 @@ when basicsr is first imported, or when called.
 import sys
 
 import mcnet_basicsr_hook
-
+from . import deq, ops  # noqa: E402,F401  (plain torch: no registries)
 from .version import __version__  # noqa: E402,F401
-from . import ops, deq  # noqa: E402,F401  (plain torch: no registries)
 
 _registered = False
 

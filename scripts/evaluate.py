@@ -4,7 +4,7 @@ The protocol and the record keys are documented in ``mcnet_basicsr.evaluation``.
 
     python scripts/evaluate.py -opt options/test_mcnet_srcnn_x2.yml --out results.json
     python scripts/evaluate.py -opt options/test_mcnet_srcnn_x2.yml \
-        --set network_g.solver.forward.tol=1e-4 --set path.pretrain_network_g=~
+        --set network_g.settings.solver.forward.tol=1e-4 --set path.pretrain_network_g=~
 """
 import argparse
 

@@ -34,7 +34,7 @@ import shutil
 import sys
 import tempfile
 
-import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
+import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)  # isort: split
 
 import cv2
 from basicsr.utils.lmdb_util import make_lmdb_from_imgs

@@ -85,7 +85,7 @@ def main(argv=None):
     parser.add_argument('--only', help='regular expression on the option file pattern: run only those rows')
     parser.add_argument('--set', action='append', default=[], metavar='REGEX:KEY.PATH=VALUE',
                         help='override for the rows matching REGEX ({s} is the scale), e.g. '
-                        '"test_pnp_x:network_g.denoiser_path=experiments/x.pth"')
+                        '"test_pnp_x:network_g.denoiser.path=experiments/x.pth"')
     parser.add_argument('--from-json', nargs='+', metavar='JSON',
                         help='do not evaluate: merge these record files and write the tables from them')
     args = parser.parse_args(argv)

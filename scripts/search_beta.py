@@ -1,8 +1,8 @@
 """Grid-search MCNet's initial beta with the untrained layer, on Set5 only.
 
-For each scale and each value of ``network_g.beta_init``, the MCNet test option file is evaluated
+For each scale and each value of ``network_g.beta.init``, the MCNet test option file is evaluated
 with ``path.pretrain_network_g`` set to null, so the layer is the *untrained* one: the frozen
-backbone, the denoiser loaded from ``network_g.denoiser_path`` and beta = beta_init. Only Set5 is
+backbone, the denoiser loaded from ``network_g.denoiser.path`` and beta = beta.init. Only Set5 is
 used (the selection set); Set14 stays a test set and is never read here. The protocol is that of
 ``scripts/evaluate.py`` (HR mod-crop, MATLAB-bicubic uint8 LR, uint8 outputs, Y-PSNR/SSIM with
 crop = scale, fidelity of the float output).
@@ -37,11 +37,11 @@ MD_SECTION = 'search_beta'
 
 def cell_overrides(beta, denoiser_path, tol=None, max_iter=None, extra=()):
     """``--set``-style overrides of one grid cell (recorded with its numbers)."""
-    out = ['path.pretrain_network_g=~', f'network_g.denoiser_path={denoiser_path}', f'network_g.beta_init={beta!r}']
+    out = ['path.pretrain_network_g=~', f'network_g.denoiser.path={denoiser_path}', f'network_g.beta.init={beta!r}']
     if tol is not None:
-        out.append(f'network_g.solver.forward.tol={tol!r}')
+        out.append(f'network_g.settings.solver.forward.tol={tol!r}')
     if max_iter is not None:
-        out.append(f'network_g.solver.forward.max_iter={int(max_iter)}')
+        out.append(f'network_g.settings.solver.forward.max_iter={int(max_iter)}')
     return out + list(extra)
 
 

@@ -167,9 +167,11 @@ def srcnn_ckpt(tmp_path_factory):
 def tiny_layer_options(ckpt, forward, backward, **kw):
     """``MCNetArch`` options of a tiny x2 layer on the SRCNN of ``ckpt`` (``srcnn_ckpt``): a 3-layer, 8-channel
     DnCNN, beta 0.08, the given forward / backward solver settings; ``kw`` overrides any key."""
-    opt = {'type': 'MCNetArch', 'backbone': dict(TINY_SRCNN), 'backbone_path': ckpt, 'backbone_input': 'upsampled',
-           'backbone_channels': 1, 'operator': {'type': 'bicubic', 'scale': 2}, 'beta_init': 0.08,
-           'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8}, 'solver': {'forward': forward, 'backward': backward}}
+    opt = {'type': 'MCNetArch',
+           'backbone': {'net': dict(TINY_SRCNN), 'path': ckpt, 'input': 'upsampled', 'channels': 1},
+           'operator': {'type': 'bicubic', 'scale': 2}, 'beta': 0.08,
+           'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8},
+           'settings': {'solver': {'forward': forward, 'backward': backward}}}
     opt.update(kw)
     return opt
 

@@ -1,14 +1,13 @@
 """Backbone presets (mcnet_basicsr/archs/backbone_presets_arch.py): each preset is exactly the arch of the
 checkpoints that go with it (strict loads of the shipped backbones and layers), and MCNetArch, TVTV and plain
 option files build it by name."""
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 from pathlib import Path
 
 import pytest
 import torch
 from basicsr.archs import build_network
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from mcnet_basicsr.archs.backbone_presets_arch import BACKBONE_PRESETS, backbone_options, resolve_backbone
 from mcnet_basicsr.archs.baselines_arch import TVTV
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
@@ -42,9 +41,8 @@ def test_shipped_layers_load_strictly_on_their_preset(layer):
     name, scale = name.removesuffix('_kernels'), int(scale)  # mcnet_<backbone>_kernels_x<s>: trained on blur kernels
     backbone_path = WEIGHTS / f'{name}_x{scale}.pth'
     state = _params(WEIGHTS / f'{layer}.pth')
-    net = MCNetArch(backbone=name, operator={'type': 'bicubic', 'scale': scale},
-                    backbone_path=str(backbone_path) if backbone_path.is_file() else None,
-                    noise_beta='log_beta_slope' in state)
+    net = MCNetArch(backbone={'net': name, 'path': str(backbone_path) if backbone_path.is_file() else None},
+                    operator={'type': 'bicubic', 'scale': scale}, beta={'noise': 'log_beta_slope' in state})
     assert (net.backbone_input, net.backbone_channels) == (BACKBONE_PRESETS[name]['input'],
                                                            BACKBONE_PRESETS[name]['channels'])
     result = net.load_state_dict(state, strict=True)
@@ -53,7 +51,7 @@ def test_shipped_layers_load_strictly_on_their_preset(layer):
 
 def test_a_preset_takes_the_operators_scale_and_feed():
     lr = torch.rand(1, 3, 6, 5)
-    for cls, extra in ((MCNetArch, {'solver': {'forward': {'max_iter': 2}}}), (TVTV, {'iterations': 2})):
+    for cls, extra in ((MCNetArch, {'settings': {'solver': {'forward': {'max_iter': 2}}}}), (TVTV, {'iterations': 2})):
         net = cls(backbone='srcnn', operator={'type': 'bicubic', 'scale': 3}, **extra).eval()
         assert net.backbone.scale is None and (net.backbone_input, net.backbone_channels) == ('upsampled', 1)
         net = cls(backbone='pan', operator={'type': 'bicubic', 'scale': 3}, **extra).eval()
@@ -72,9 +70,12 @@ def test_a_dict_is_used_as_given():
 def test_bad_presets_are_refused():
     with pytest.raises(ValueError, match="Unknown backbone preset 'rcan'. Supported ones are: srcnn, rcan_compact"):
         backbone_options('rcan', 2)
-    with pytest.raises(ValueError, match="'srcnn' preset is fed with backbone_input = 'upsampled', got 'lr'"):
-        MCNetArch(backbone='srcnn', operator={'type': 'bicubic', 'scale': 2}, backbone_input='lr')
-    with pytest.raises(ValueError, match='backbone_channels = 3, got 1'):
+    with pytest.raises(ValueError, match="'srcnn' preset is fed with backbone.input = 'upsampled', got 'lr'; "
+                                         "remove backbone.input"):
+        MCNetArch(backbone={'net': 'srcnn', 'input': 'lr'}, operator={'type': 'bicubic', 'scale': 2})
+    with pytest.raises(ValueError, match="'srcnn' preset is fed with backbone.channels = 1, got 3"):
+        TVTV(backbone={'net': 'srcnn', 'channels': 3}, operator={'type': 'bicubic', 'scale': 2})
+    with pytest.raises(ValueError, match='backbone.channels = 3, got 1'):
         resolve_backbone('imdn', 2, backbone_channels=1)
     with pytest.raises(ValueError, match='preset name or a network_g-style dict'):
         resolve_backbone(['imdn'], 2)

@@ -4,8 +4,6 @@ The Set5 tests need ../shared (reference weights and images) and are skipped wit
 """
 from pathlib import Path
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import cv2
 import numpy as np
 import pytest
@@ -17,6 +15,7 @@ from basicsr.utils.color_util import rgb2ycbcr, rgb2ycbcr_pt
 from basicsr.utils.img_util import tensor2img
 from basicsr.utils.matlab_functions import imresize as imresize_basicsr
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from mcnet_basicsr.archs.rdn_arch import RDN, convert_rdn_state_dict
 from mcnet_basicsr.archs.srcnn_arch import SRCNN
 from mcnet_basicsr.ops import imresize

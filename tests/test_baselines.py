@@ -9,8 +9,6 @@ import os
 import subprocess
 import sys
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import cv2
 import numpy as np
 import pytest
@@ -21,10 +19,11 @@ from basicsr.metrics import calculate_psnr
 from basicsr.utils import tensor2img
 from basicsr.utils.matlab_functions import imresize as imresize_basicsr
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import REPO_ROOT, SHARED, load_script, repo_env, sample_photo, shared_path
+from mcnet_basicsr.archs.baselines_arch import TVTV, Bicubic, PnPADMM, _grad, _grad_adjoint
 from mcnet_basicsr.evaluation import tables
 from mcnet_basicsr.evaluation.evaluate import evaluate_option
-from mcnet_basicsr.archs.baselines_arch import TVTV, Bicubic, PnPADMM, _grad, _grad_adjoint
 from mcnet_basicsr.ops import build_operator, imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 
@@ -161,20 +160,21 @@ def test_pnp_is_mcnet_iteration_with_beta_zero(photo):
             u = net.denoiser(x + lam)
             x_new = op.project(u - lam, b)
             lam, x = lam + x_new - u, x_new
-        out = net.solve(b)
+        out, info = net.solve(b)
     assert (out - x).abs().max() < 1e-10
-    assert net.last_stats['forward'].iterations.tolist() == [2]
+    assert info['forward'].iterations.tolist() == [2]
 
 
 def test_pnp_consistent_and_better_than_bicubic(photo):
     hr, lq = photo
     net = build_network({'type': 'PnPADMM', 'operator': {'type': 'bicubic', 'scale': 2},
-                         'denoiser_path': str(shared_path(*RYU)), 'iterations': 3}).eval()
+                         'denoiser': {'path': str(shared_path(*RYU))}, 'iterations': 3}).eval()
+    info = {}
     with torch.no_grad():
-        out = net(lq)
+        out = net(lq, info=info)
     assert y_fidelity(out, lq, 2) <= 1e-5
     assert psnr_y(out, hr, 2) > psnr_y(imresize(lq, 2), hr, 2) + 1.0  # astronaut 96x96: 28.5 -> 31.6 dB
-    assert net.last_stats['forward'].iterations.tolist() == [3]
+    assert info['forward'].iterations.tolist() == [3]
     net.train()
     assert not net.denoiser.training  # BatchNorm keeps its running statistics
 
@@ -186,7 +186,7 @@ def test_pnp_with_the_shipped_realsn_dncnn17(photo):
     hr, lq = photo
     with open(REPO_ROOT / 'options' / 'test_pnp_x2.yml') as f:
         opt = yaml.safe_load(f)['network_g']
-    opt['denoiser_path'] = str(REPO_ROOT / opt['denoiser_path'])
+    opt['denoiser']['path'] = str(REPO_ROOT / opt['denoiser']['path'])
     net = build_network(opt).eval()
     assert net.denoiser.spectral_norm and not net.denoiser.lipschitz_bounded  # SN convolutions + BatchNorm
     with torch.no_grad():
@@ -207,7 +207,7 @@ def test_pnp_eps_ball():
     net = PnPADMM({'type': 'bicubic', 'scale': 2}, denoiser={'depth': 3, 'num_feat': 4}, iterations=2, eps=0.05)
     op = build_operator({'type': 'bicubic', 'scale': 2})
     with torch.no_grad():
-        res = op.residual_norm(net.solve(b).double(), b)
+        res = op.residual_norm(net.solve(b)[0].double(), b)
     assert (res <= 0.05 * (1 + 1e-6)).all()
     with pytest.raises(ValueError, match='either eps or eps_rms'):
         PnPADMM({'type': 'bicubic', 'scale': 2}, eps=0.1, eps_rms=0.1)
@@ -231,7 +231,7 @@ def test_tvtv_reaches_the_lp_optimum():
     b = op(hr)
     w = hr + 0.1 * torch.randn_like(hr)
     net = TVTV({'type': 'Bicubic', 'scale': s}, {'type': 'bicubic', 'scale': s}, beta=0.5, rho=3.0, iterations=3000)
-    x = net.solve(w, b)
+    x, _ = net.solve(w, b)
     n = h * w_
     eye = torch.eye(n, dtype=torch.float64).reshape(n, 1, h, w_)
     D = _grad(eye).reshape(n, -1).T.numpy()  # (2n, n)
@@ -259,20 +259,22 @@ def test_tvtv_consistent_and_better(photo):
     assert psnr_y(out, hr, 2) > psnr_y(imresize(lq, 2), hr, 2) + 0.5  # 28.5 -> 29.5 dB
     w, _ = net.run_backbone(lq)
     b = rgb_to_ycbcr(lq.double())[:, :1]
-    x = net.solve(w, b)
+    x, info = net.solve(w, b)
     start = net.operator.project(w.double(), b)
     assert float(net.objective(x.double(), w.double())) < 0.97 * float(net.objective(start, w.double()))  # 693 -> 661
-    assert net.last_stats['forward'].iterations.tolist() == [100]
+    assert info['forward'].iterations.tolist() == [100]
     net.eps = 0.05  # the ball instead of the affine set
-    assert float(net.operator.residual_norm(net.solve(w, b).double(), b)) <= 0.05 + 1e-6  # float32 output
+    x, info = net.solve(w, b)
+    assert float(net.operator.residual_norm(x.double(), b)) <= 0.05 + 1e-6  # float32 output
+    assert info['eps'] == 0.05
 
 
 def test_tvtv_improves_srcnn(photo):
     if not SRCNN_X2.is_file():
         pytest.skip(f'needs {SRCNN_X2} (python scripts/convert_weights.py --type srcnn_mat)')
     hr, lq = photo
-    net = TVTV({'type': 'SRCNN', 'padding_mode': 'replicate'}, {'type': 'bicubic', 'scale': 2},
-               backbone_path=str(SRCNN_X2), backbone_input='upsampled', backbone_channels=1, iterations=100)
+    net = TVTV({'net': {'type': 'SRCNN', 'padding_mode': 'replicate'}, 'path': str(SRCNN_X2), 'input': 'upsampled',
+                'channels': 1}, {'type': 'bicubic', 'scale': 2}, iterations=100)
     srcnn = build_network({'type': 'SRCNN', 'scale': 2, 'padding_mode': 'replicate'})
     srcnn.load_state_dict(torch.load(SRCNN_X2, weights_only=False)['params'])
     with torch.no_grad():

@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO_ROOT, repo_env, shared_path
 from benchmarking import CONFIGS, configured
+from conftest import REPO_ROOT, repo_env, shared_path
 
 SCRIPT = REPO_ROOT / 'benchmarks' / 'benchmark.py'
 
@@ -98,31 +98,44 @@ def test_flops_write_markdown_and_arguments(bench, tmp_path):
 
 
 def test_configured_sets_and_restores_cudnn_autotuning():
-    """A row's cuDNN autotuning, TF32 or extrapolation must not leak into the rows after it (the reference keeps cuDNN's
-    heuristics and the plain output)."""
-    net = torch.nn.Module()
-    net.forward_solver = net.backward_solver = None
-    net.backbone_dtype = None
-    net.allow_tf32 = False
-    net.extrapolation = 0.0
-    seen = []
-    net.set_solver = lambda forward: seen.append(forward)
+    """A row's solver, backbone dtype, memory format, cuDNN autotuning, TF32 or extrapolation must not leak into the
+    rows after it (the reference keeps cuDNN's heuristics and the plain output): the layer's settings are changed in a
+    restoring block."""
+    from mcnet_basicsr.archs.mcnet_arch import MCNetArch
+    torch.manual_seed(0)
+    net = MCNetArch(backbone='srcnn', operator={'type': 'bicubic', 'scale': 2}, denoiser={'depth': 3, 'num_feat': 8},
+                    settings={'tile': 32})
+    default = net.layer_settings
+    conv = net.denoiser.sn_convs()[1].weight
     saved = torch.backends.cudnn.benchmark
     try:
         torch.backends.cudnn.benchmark = False
-        with configured(net, CONFIGS['graph_tol2e-5_autotune'], quick=False):
-            assert torch.backends.cudnn.benchmark is True
-        assert torch.backends.cudnn.benchmark is False
+        with configured(net, CONFIGS['graph_tol2e-5_autotune'], quick=False) as configured_net:
+            assert configured_net is net and torch.backends.cudnn.benchmark is True
+        assert torch.backends.cudnn.benchmark is False and net.layer_settings is default
         with configured(net, CONFIGS['graph_tf32_it50'], quick=False):
-            assert net.allow_tf32 is True  # the arch applies it to its own forward only
-        assert net.allow_tf32 is False
+            assert net.layer_settings.allow_tf32 is True  # the arch applies it to its own forward only
+            assert net.layer_settings.forward_solver.max_iter == 50
+        assert net.layer_settings.allow_tf32 is False
         with configured(net, CONFIGS['graph_tol2e-5'], quick=False):
             assert torch.backends.cudnn.benchmark is False
-        assert seen[0]['tol'] == 2e-5 and seen[0]['cuda_graph'] is True
+            forward = net.layer_settings.forward_solver
+            assert forward.tol == 2e-5 and forward.cuda_graph is True
+            assert not net.layer_settings.backward_solver.cuda_graph and net.layer_settings.tile == 32
+        assert net.layer_settings is default
         with configured(net, CONFIGS['graph_tol5e-5_extrap0.5'], quick=False):
-            assert net.extrapolation == 0.5 and seen[-1]['tol'] == 5e-5
-        assert net.extrapolation == 0.0
+            assert net.layer_settings.extrapolation == 0.5 and net.layer_settings.forward_solver.tol == 5e-5
+        assert net.layer_settings.extrapolation == 0.0
+        with configured(net, CONFIGS['graph5_bf16'], quick=True):
+            assert net.layer_settings.backbone_dtype == 'bf16' and net.backbone_dtype is torch.bfloat16
+            assert net.layer_settings.forward_solver.max_iter == 4  # quick: at most 4 iterations
+            assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+        assert net.backbone_dtype is None and conv.is_contiguous()
         with configured(net, CONFIGS['graph_tol2e-5'], quick=False):
-            assert net.extrapolation == 0.0
+            assert net.layer_settings.extrapolation == 0.0
+        with pytest.raises(RuntimeError, match='row failed'):
+            with configured(net, CONFIGS['graph_tol2e-5_autotune'], quick=False):
+                raise RuntimeError('row failed')
+        assert torch.backends.cudnn.benchmark is False and net.layer_settings is default
     finally:
         torch.backends.cudnn.benchmark = saved

@@ -10,7 +10,6 @@ import torch
 
 from mcnet_basicsr.deq import (SolverConfig, anderson_solve, fixed_point_solve, implicit_fixed_point,
                                release_cuda_graph_memory, solve)
-
 from test_anderson_reference import _mixed_difficulty_map
 
 CUDA = torch.cuda.is_available()
@@ -72,17 +71,17 @@ def test_mcnet_map_capturable_only_for_exact_consistency():
     from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 
     def build(**kw):
-        return MCNetArch(backbone={'type': 'SRCNN'}, operator={'type': 'bicubic', 'scale': 2},
-                         backbone_input='upsampled', backbone_channels=1, **kw)
+        return MCNetArch(backbone={'net': {'type': 'SRCNN'}, 'input': 'upsampled', 'channels': 1},
+                         operator={'type': 'bicubic', 'scale': 2}, **kw)
 
     w, b = torch.rand(1, 1, 16, 16), torch.rand(1, 1, 8, 8)
     assert build().fixed_point_problem(w, b)[0].capturable is True
     assert build(eps_rms=0.01).fixed_point_problem(w, b)[0].capturable is False
     with pytest.raises(ValueError, match='forward solve only'):
-        build(solver={'forward': {'cuda_graph': True}, 'backward': {'cuda_graph': True}})
-    net = build(solver={'forward': {'cuda_graph': True, 'tol': 1e-4}})
-    assert net.forward_solver.cuda_graph and not net.backward_solver.cuda_graph
-    assert net.backward_solver.tol == 1e-4  # the rest is inherited
+        build(settings={'solver': {'forward': {'cuda_graph': True}, 'backward': {'cuda_graph': True}}})
+    settings = build(settings={'solver': {'forward': {'cuda_graph': True, 'tol': 1e-4}}}).layer_settings
+    assert settings.forward_solver.cuda_graph and not settings.backward_solver.cuda_graph
+    assert settings.backward_solver.tol == 1e-4  # the rest is inherited
 
 
 # ------------------------------------------------------------------------------------------ CUDA
@@ -160,16 +159,15 @@ def test_mcnet_forward_with_graphs_matches_eager():
     from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 
     torch.manual_seed(0)
-    net = MCNetArch(backbone={'type': 'SRCNN'}, operator={'type': 'bicubic', 'scale': 2}, backbone_input='upsampled',
-                    backbone_channels=1).cuda().eval()
+    net = MCNetArch(backbone={'net': {'type': 'SRCNN'}, 'input': 'upsampled', 'channels': 1},
+                    operator={'type': 'bicubic', 'scale': 2}).cuda().eval()
     lr = torch.rand(2, 3, 24, 20, device='cuda')
     with torch.no_grad():
-        net.set_solver(forward={'tol': 1e-5, 'max_iter': 80})
-        out_e = net(lr)
-        st_e = net.last_stats['forward']
-        net.set_solver(forward={'tol': 1e-5, 'max_iter': 80, 'cuda_graph': True})
-        out_g = net(lr)
-        st_g = net.last_stats['forward']
+        out_e, info_e = net.run(lr, settings={'solver': {'forward': {'tol': 1e-5, 'max_iter': 80}}})
+        out_g, info_g = net.run(lr, settings={'solver': {'forward': {'tol': 1e-5, 'max_iter': 80, 'cuda_graph': True}}})
+    st_e, st_g = info_e['forward'], info_g['forward']
+    # the graphs ran once the Anderson history is full (m = 5: from the fifth evaluation on)
+    assert st_g.cuda_graph is (st_e.nfe > 4) and st_e.cuda_graph is False
     assert st_g.iterations.tolist() == st_e.iterations.tolist()
     assert torch.allclose(out_g, out_e, rtol=0, atol=1e-5)
 

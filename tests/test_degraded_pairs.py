@@ -1,12 +1,11 @@
 """DegradedPairDataset: LR made on the fly by a known degradation, and the model told it per batch."""
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import cv2
 import pytest
 import torch
 from basicsr.data import build_dataset
 from torch.utils.data import default_collate
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo
 from mcnet_basicsr.models.protocol_sr_model import ProtocolSRModel
 from mcnet_basicsr.ops import BlurDownsample, StackedOperator, build_degradation, build_operator
@@ -117,8 +116,8 @@ def test_training_on_kernels_tells_the_layer_each_batchs_kernel(tmp_path_factory
     opt['datasets']['val']['noise'] = 0
     opt['datasets']['train'].update(gt_size=48, batch_size_per_gpu=2, num_worker_per_gpu=0, dataset_enlarge_ratio=1)
     net = opt['network_g']
-    net['backbone_path'] = str(tmp_path / 'imdn_x4.pth')
-    net['solver'] = {'forward': {'tol': 1e-3, 'max_iter': 6}, 'backward': {'tol': 1e-2, 'max_iter': 4}}
+    net['backbone']['path'] = str(tmp_path / 'imdn_x4.pth')
+    net['settings']['solver'] = {'forward': {'tol': 1e-3, 'max_iter': 6}, 'backward': {'tol': 1e-2, 'max_iter': 4}}
     opt['path']['pretrain_network_g'] = str(REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'mcnet_imdn_x4.pth')
     opt['train'].update(total_iter=2)
     opt['train']['scheduler']['milestones'] = [2]

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 import torch
 import yaml
-
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from basicsr.data import build_dataset
 from basicsr.models import build_model
 from basicsr.utils import bgr2ycbcr
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import REPO_ROOT, load_script, sample_photo
 from mcnet_basicsr.archs.baselines_arch import PnPADMM
 from mcnet_basicsr.archs.dncnn_arch import DnCNN, jacobian_spectral_norm, load_dncnn
@@ -177,9 +176,9 @@ def test_checkpoint_loads_into_mcnet_and_pnp(trained):
     exp, _ = trained
     ckpt = str(exp / 'models/net_g_latest.pth')
     ref = load_dncnn(DnCNN(**TINY), ckpt).state_dict()
-    mcnet = MCNetArch(backbone={'type': 'SRCNN'}, operator={'type': 'bicubic', 'scale': 2}, backbone_channels=1,
-                      backbone_input='upsampled', denoiser=TINY, denoiser_path=ckpt)
-    pnp = PnPADMM(operator={'type': 'bicubic', 'scale': 2}, denoiser=TINY, denoiser_path=ckpt, iterations=3)
+    mcnet = MCNetArch(backbone={'net': {'type': 'SRCNN'}, 'channels': 1, 'input': 'upsampled'},
+                      operator={'type': 'bicubic', 'scale': 2}, denoiser=dict(TINY, path=ckpt))
+    pnp = PnPADMM(operator={'type': 'bicubic', 'scale': 2}, denoiser=dict(TINY, path=ckpt), iterations=3)
     for net in (mcnet.denoiser, pnp.denoiser):
         for k, v in ref.items():
             assert torch.equal(net.state_dict()[k], v), k
@@ -209,7 +208,7 @@ def test_select_denoiser(trained, ws, tmp_path, capsys):
     from basicsr.archs import build_network
     torch.save({'params': build_network({'type': 'SRCNN', 'padding_mode': 'replicate'}).state_dict()},
                tmp_path / 'srcnn.pth')
-    select.main([*cands, *args, '--method', 'mcnet', '--set', f'network_g.backbone_path={tmp_path / "srcnn.pth"}'])
+    select.main([*cands, *args, '--method', 'mcnet', '--set', f'network_g.backbone.path={tmp_path / "srcnn.pth"}'])
     res = json.loads(out.read_text())
     assert [r['method'] for r in res['candidates']] == ['mcnet', 'mcnet'] and res['best'] in cands
 

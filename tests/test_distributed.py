@@ -33,14 +33,17 @@ WORLD = 2
 # ---------------------------------------------------------------- (a) DDP gradient == one-process gradient
 def _tiny_layer(folder, **options):
     """The tiny layer of _save_tiny_problem, float64, with tight solves; ``options`` add arch options (eps_rms)."""
-    import mcnet_basicsr  # noqa: F401
     from basicsr.archs import build_network
+
+    import mcnet_basicsr  # noqa: F401
     tight = {'solver': 'anderson', 'm': 5, 'tol': 1e-11, 'max_iter': 300}
     net = build_network({
-        'type': 'MCNetArch', 'backbone': {'type': 'SRCNN', 'num_feat': [8, 4]},
-        'backbone_path': str(folder / 'srcnn.pth'), 'backbone_input': 'upsampled', 'backbone_channels': 1,
-        'operator': {'type': 'bicubic', 'scale': 2}, 'beta_init': 0.05,
-        'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8}, 'solver': {'forward': tight, 'backward': tight},
+        'type': 'MCNetArch',
+        'backbone': {'net': {'type': 'SRCNN', 'num_feat': [8, 4]}, 'path': str(folder / 'srcnn.pth'),
+                     'input': 'upsampled', 'channels': 1},
+        'operator': {'type': 'bicubic', 'scale': 2}, 'beta': 0.05,
+        'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8},
+        'settings': {'solver': {'forward': tight, 'backward': tight}},
         **options})
     net.load_state_dict(torch.load(folder / 'layer.pth'))  # the same weights (and power-iteration start) everywhere
     return net.double()
@@ -49,13 +52,15 @@ def _tiny_layer(folder, **options):
 def _save_tiny_problem(folder):
     """The files the workers and _tiny_layer read: a random SRCNN backbone, the layer's initial weights and one batch;
     returns the batch (lr, gt)."""
-    import mcnet_basicsr  # noqa: F401
     from basicsr.archs import build_network
+
+    import mcnet_basicsr  # noqa: F401
     torch.manual_seed(0)
     torch.save({'params': build_network({'type': 'SRCNN', 'num_feat': [8, 4]}).state_dict()}, folder / 'srcnn.pth')
-    layer = build_network({'type': 'MCNetArch', 'backbone': {'type': 'SRCNN', 'num_feat': [8, 4]},
-                           'backbone_path': str(folder / 'srcnn.pth'), 'backbone_input': 'upsampled',
-                           'backbone_channels': 1, 'operator': {'type': 'bicubic', 'scale': 2}, 'beta_init': 0.05,
+    layer = build_network({'type': 'MCNetArch',
+                           'backbone': {'net': {'type': 'SRCNN', 'num_feat': [8, 4]}, 'path': str(folder / 'srcnn.pth'),
+                                        'input': 'upsampled', 'channels': 1},
+                           'operator': {'type': 'bicubic', 'scale': 2}, 'beta': 0.05,
                            'denoiser': {'depth': 3, 'num_feat': 8, 'sn_grid': 8}})
     torch.save(layer.state_dict(), folder / 'layer.pth')
     lr = torch.rand(4, 3, 10, 10, dtype=torch.float64)
@@ -77,11 +82,12 @@ def _ddp_worker(rank, folder):
         ddp = DistributedDataParallel(net)
         lr, gt = torch.load(folder / 'batch.pt')
         part = slice(rank * len(lr) // WORLD, (rank + 1) * len(lr) // WORLD)
-        loss = (ddp(lr[part]) - gt[part]).square().mean()
+        info = {}  # forward's info, through DDP
+        loss = (ddp(lr[part], info=info) - gt[part]).square().mean()
         loss.backward()
         torch.save({'grads': {n: p.grad for n, p in net.named_parameters()},
                     'sn_v': [m.sn_v.clone() for m in net.denoiser.sn_convs()],
-                    'backward_calls': net.last_stats['backward'].calls}, folder / f'rank{rank}.pt')
+                    'backward_calls': info['backward'].calls}, folder / f'rank{rank}.pt')
     finally:
         dist.destroy_process_group()
 
@@ -96,8 +102,9 @@ def test_ddp_gradient_equals_single_process_gradient(tmp_path):
     mp.spawn(_ddp_worker, args=(tmp_path, ), nprocs=WORLD, join=True)
 
     ref = _tiny_layer(tmp_path)
-    (ref(lr) - gt).square().mean().backward()
-    assert ref.last_stats['backward'].calls == 1
+    info = {}
+    (ref(lr, info=info) - gt).square().mean().backward()
+    assert info['backward'].calls == 1
     results = [torch.load(tmp_path / f'rank{r}.pt') for r in range(WORLD)]
     for res in results:
         assert res['backward_calls'] == 1

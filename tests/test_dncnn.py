@@ -4,12 +4,11 @@ CPU only; the float64 checks use small crops of real photos. The pretrained-weig
 ../shared (skipped without it).
 """
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import pytest
 import torch
 import torch.nn.functional as F
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo, shared_path
 from mcnet_basicsr.archs.dncnn_arch import (DnCNN, _SpectralNormConv2d, convert_dncnn_state_dict,
                                             jacobian_spectral_norm, load_dncnn)

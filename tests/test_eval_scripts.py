@@ -9,14 +9,15 @@ layer's fixed point is P_S(w) whatever beta is, which would make the beta search
 """
 import json
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import cv2
 import numpy as np
 import pytest
 import torch
 import yaml
 
+import calibrate_beta  # the lab's (benchmarks/ is on the tests' sys.path)
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
+import tolerance_sweep as sweep
 from conftest import REPO_ROOT, SHARED, load_script, sample_photo
 from mcnet_basicsr.archs.dncnn_arch import DnCNN
 from mcnet_basicsr.evaluation.evaluate import load_selection_option
@@ -24,9 +25,6 @@ from mcnet_basicsr.evaluation.perturbations import PERTURBATIONS, perturb
 from mcnet_basicsr.ops import imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.files import replace_section
-
-import calibrate_beta  # the lab's (benchmarks/ is on the tests' sys.path)
-import tolerance_sweep as sweep
 
 robustness = load_script('robustness')
 search_beta = load_script('search_beta')
@@ -74,7 +72,7 @@ def test_search_beta(data_root, weights, tmp_path):
     md.write_text('# Results\n\nHand-written text.\n')
     argv = ['--scales', '2', '--grid', '0.005', '0.05', '--limit', '1', '--tol', '1e-2', '--max-iter', '5',
             '--data-root', str(data_root), '--device', 'cpu', '--denoiser-path', dncnn,
-            '--set', f'network_g.backbone_path={srcnn}', '--out', str(out), '--out-md', str(md)]
+            '--set', f'network_g.backbone.path={srcnn}', '--out', str(out), '--out-md', str(md)]
     search_beta.main(argv)
     res = json.loads(out.read_text())
     assert {'dataset', 'option', 'denoiser_path', 'tol', 'max_iter', 'limit', 'grid', 'scales', 'records',
@@ -86,7 +84,7 @@ def test_search_beta(data_root, weights, tmp_path):
         assert RECORD_KEYS <= set(r)
         assert (r['method'], r['backbone'], r['dataset'], r['scale'], r['images']) == ('mcnet', 'srcnn', 'Set5', 2, 1)
         assert 'path.pretrain_network_g=~' in r['overrides']
-        assert f"network_g.beta_init={r['beta_init']!r}" in r['overrides']
+        assert f"network_g.beta.init={r['beta_init']!r}" in r['overrides']
         assert r['fidelity'] <= 1e-5 and 1 <= r['iterations'] <= 5 and 20 < r['psnr'] < 60
     best = max(recs, key=lambda r: r['psnr'])
     assert res['best'] == {'2': {k: best[k] for k in ('beta_init', 'psnr', 'ssim', 'iterations')}}
@@ -113,8 +111,9 @@ def test_calibrate_beta_of_a_trained_layer(data_root, weights, tmp_path):
     layer = REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'mcnet_srcnn_x2.pth'
     out, best_path = tmp_path / 'calib.json', tmp_path / 'best.pth'
     argv = [str(layer), '--scale', '2', '--grid', '0.25', '1.0', '4.0', '--limit', '1', '--data-root', str(data_root),
-            '--device', 'cpu', '--set', f'network_g.backbone_path={srcnn}', '--set', 'network_g.denoiser_path=~',
-            '--set', 'network_g.solver.forward.tol=1e-3', '--set', 'network_g.solver.forward.max_iter=8',
+            '--device', 'cpu', '--set', f'network_g.backbone.path={srcnn}', '--set', 'network_g.denoiser.path=~',
+            '--set', 'network_g.settings.solver.forward.tol=1e-3',
+            '--set', 'network_g.settings.solver.forward.max_iter=8',
             '--out', str(out), '--save-best', str(best_path)]
     calibrate_beta.main(argv)
     res = json.loads(out.read_text())
@@ -171,7 +170,7 @@ def test_robustness_quick(data_root, weights, tmp_path):
     out, md = tmp_path / 'rob.json', tmp_path / 'results.md'
     md.write_text('# Results\n\nBefore.\n\n<!-- robustness:begin -->\nold\n<!-- robustness:end -->\n\nAfter.\n')
     base = ['--quick', '--backbones', 'srcnn', '--data-root', str(data_root), '--set-backbone',
-            f'path.pretrain_network_g={srcnn}', '--set-mcnet', f'network_g.backbone_path={srcnn}',
+            f'path.pretrain_network_g={srcnn}', '--set-mcnet', f'network_g.backbone.path={srcnn}',
             '--out', str(out), '--out-md', str(md)]
     robustness.main(base)
     res = json.loads(out.read_text())
@@ -275,8 +274,9 @@ def test_tolerance_sweep_matches_real_solves(data_root, tmp_path):
         for tol, key in ((1e-3, '0.001'), (1e-6, 'tables')):
             net = build_pretrained_mcnet(2, solver={'preset': 'tables', 'tol': tol})
             with torch.no_grad():
-                psnr = y_uint8_metrics(luma(net(lr).double()), hr, 2)[0]
-            iterations = int(net.last_stats['forward'].iterations[0])
+                sr, info = net.run(lr)
+            psnr = y_uint8_metrics(luma(sr.double()), hr, 2)[0]
+            iterations = int(info['forward'].iterations[0])
             expected = row[key] if key != 'tables' else [row['tables_iterations'], row['tables_psnr']]
             assert iterations == expected[0]
             assert psnr == pytest.approx(expected[1], abs=2e-3)  # the RGB round trip may move a Y level
@@ -305,10 +305,10 @@ def test_tolerance_sweep_scores_the_extrapolated_output(data_root):
     assert row['0.001'][1] != plain_row['0.001'][1]
     file, _, lr = sweep.prepared_pairs(str(data_root), 'Set5', 2, 1)[0]
     net = build_pretrained_mcnet(2, solver={'preset': 'tables', 'tol': 1e-3})
-    net.extrapolation = 0.25
-    with torch.no_grad():
-        psnr = y_uint8_metrics(luma(net(lr).double()), cv2.imread(str(data_root / 'Set5' / 'HR_mod2' / file)), 2)[0]
-    assert int(net.last_stats['forward'].iterations[0]) == row['0.001'][0]
+    with torch.no_grad(), net.settings(extrapolation=0.25):
+        sr, info = net.run(lr)
+    psnr = y_uint8_metrics(luma(sr.double()), cv2.imread(str(data_root / 'Set5' / 'HR_mod2' / file)), 2)[0]
+    assert int(info['forward'].iterations[0]) == row['0.001'][0]
     assert psnr == pytest.approx(row['0.001'][1], abs=2e-3)  # the RGB round trip may move a Y level
 
 

@@ -1,14 +1,13 @@
-"""MCNetArch's ``extrapolation``: at inference the output comes from ``z + t (F(z) - z)``, ``t`` a fraction of
+"""MCNetArch's ``extrapolation`` setting: at inference the output comes from ``z + t (F(z) - z)``, ``t`` a fraction of
 ``(beta + rho) / beta``, for the iterate ``z`` a solve stops at. It must bring a loosely stopped solve nearer the
 fixed point, keep the output exactly consistent, and leave training (grad enabled) as it is.
 
 CPU only; the shipped weights; scikit-image's photos (no download).
 """
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import pytest
 import torch
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 from mcnet_basicsr.deq import solve
@@ -27,22 +26,23 @@ def _pair(scale, size):
 @pytest.mark.parametrize('bad', (-0.1, True, 'half', None))
 def test_bad_extrapolation_is_refused(bad):
     with pytest.raises(ValueError, match='extrapolation'):
-        MCNetArch(backbone='srcnn', operator={'type': 'bicubic', 'scale': 2}, extrapolation=bad)
+        MCNetArch(backbone='srcnn', operator={'type': 'bicubic', 'scale': 2}, settings={'extrapolation': bad})
 
 
 def test_extrapolated_output_is_the_map_at_the_extrapolated_iterate_and_consistent():
     scale = 2
     _, lr = _pair(scale, 48)
     net = build_pretrained_mcnet(scale, solver={'tol': 1e-3, 'max_iter': 30}, start=False)
-    net.extrapolation = 0.25
     with torch.no_grad():
-        out = net(lr)
-        stats = net.last_stats['forward']
+        with net.settings(extrapolation=0.25):
+            out, info = net.run(lr)
+        assert net.layer_settings.extrapolation == 0.0
+        stats = info['forward']
         # the same solve by hand: the iterate it stops at, then F once more at z + t (F(z) - z)
         w, cbcr = net.backbone_estimate(lr)
         b = luma(lr.double())
         f, z0, eps = net.fixed_point_problem(w, b.float())
-        z, _ = solve(f, z0, net.forward_solver)
+        z, _ = solve(f, z0, net.layer_settings.forward_solver)
         t = 0.25 * (float(net.beta) + net.rho) / float(net.beta)
         expected = net.consistent_output(f(z + t * (f(z) - z))[:, :1], b, eps)
         plain = net.consistent_output(f(z)[:, :1], b, eps)
@@ -60,8 +60,9 @@ def test_training_ignores_extrapolation():
     net = build_pretrained_mcnet(2, solver={'tol': 1e-3, 'max_iter': 20}, start=False)
     outs = []
     for frac in (0.0, 0.5):
-        net.extrapolation = frac
-        out = net(lr)
+        with net.settings(extrapolation=frac):
+            assert net.layer_settings.extrapolation == frac
+            out = net(lr)
         out.mean().backward()
         outs.append(out.detach())
         assert net.log_beta.grad is not None
@@ -79,9 +80,9 @@ def test_extrapolation_brings_a_loose_solve_nearer_the_fixed_point(scale, frac, 
     net = build_pretrained_mcnet(scale, solver={'tol': 1e-7, 'max_iter': 400})
     with torch.no_grad():
         ref = luma(net(lr))
-        net.set_solver(forward={'preset': 'fast', 'tol': 3e-5})
-        plain = luma(net(lr))
-        net.extrapolation = frac
-        extrapolated = luma(net(lr))
+        with net.settings(solver={'forward': {'preset': 'fast', 'tol': 3e-5}}):
+            plain = luma(net(lr))
+            with net.settings(extrapolation=frac):
+                extrapolated = luma(net(lr))
     d_plain, d_ext = (float((x - ref).norm() / ref.norm()) for x in (plain, extrapolated))
     assert d_ext <= bound * d_plain, (d_ext, d_plain)

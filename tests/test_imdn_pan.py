@@ -2,21 +2,20 @@
 
 The published-PSNR tests need ../shared (official weights and Set5/Set14) and are skipped without it.
 """
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from basicsr.archs import build_network
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo, shared_path
 from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
 from mcnet_basicsr.archs.imdn_arch import IMDN, _contrast
 from mcnet_basicsr.archs.pan_arch import PAN
-from mcnet_basicsr.utils.images import bicubic_lr
 from mcnet_basicsr.metrics import y_uint8_metrics
 from mcnet_basicsr.utils import rgb_to_ycbcr
+from mcnet_basicsr.utils.images import bicubic_lr
 
 # the authors' releases (../shared/weights/MANIFEST.md): parameter count and a few (name, shape) pairs per scale
 IMDN_RELEASE = {2: (92, {'upsampler.0.weight': (12, 64, 3, 3), 'c.0.weight': (64, 384, 1, 1),
@@ -156,6 +155,7 @@ def test_a_layer_records_its_backbone_and_scale():
 
 def test_mcnet_sr_on_imdn_and_pan(tmp_path, capsys):
     import cv2
+
     from mcnet_basicsr.cli.inference import main
     photo = tmp_path / 'rocket.png'
     cv2.imwrite(str(photo), sample_photo('rocket', 48)[:, :, ::-1])

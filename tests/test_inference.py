@@ -10,14 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import cv2
 import numpy as np
 import pytest
 import torch
 from basicsr.metrics import calculate_psnr
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import repo_env, sample_photo
 from mcnet_basicsr.cli.inference import get_model, main, super_resolve
 from mcnet_basicsr.ops import imresize
@@ -102,14 +101,18 @@ def test_every_input_kind_round_trips(tmp_path, capsys):
         assert f'{2 * src.shape[1]}x{2 * src.shape[0]}' in stdout and '||Ax-b||' in stdout
     assert not [p for p in out.iterdir() if p.name.startswith('.')]  # no temp files left
 
-    # colour / gray outputs are MCNetArch.forward's (up to the output's rounding)
-    model.set_solver(forward={'tol': 1e-3, 'max_iter': 100})
+    # colour / gray outputs are MCNetArch.forward's (up to the output's rounding) under the command's settings: FAST's
+    # tolerance, the default iterations (100) and the model's extrapolation
+    from mcnet_sr_cli import default_extrapolation
+    settings = {'solver': {'forward': {'tol': 1e-3, 'max_iter': 100}},
+                'extrapolation': default_extrapolation('srcnn', 2)}
     for name, chans in (('rgb8.png', 3), ('gray.png', 1)):
         src = files[name]
         lr = src[:, :, ::-1] if chans == 3 else src[:, :, None]
         lr = torch.from_numpy(lr.astype(np.float32) / 255).permute(2, 0, 1)[None]
         with torch.no_grad():
-            ref = model(lr)[0].clamp(0, 1).permute(1, 2, 0).numpy()
+            ref, _ = model.run(lr, settings=settings)
+            ref = ref[0].clamp(0, 1).permute(1, 2, 0).numpy()
         res = cv2.imread(str(out / f'{Path(name).stem}_x2.png'), cv2.IMREAD_UNCHANGED).astype(np.float64) / 255
         res = res[:, :, ::-1] if chans == 3 else res[:, :, None]
         assert np.abs(res - ref).max() <= 1.5 / 255, name
@@ -257,11 +260,11 @@ def test_tiled_matches_untiled_and_is_consistent(tmp_path, scale):
 
     # the float results themselves
     model = get_model(scale, torch.device('cpu'), cache=MODELS)
-    model.set_solver(forward={'tol': 1e-4, 'max_iter': 100})
     lr = torch.from_numpy(lr8[:, :, ::-1] / 255.0).permute(2, 0, 1)[None].contiguous()
     res = {}
     for tile in (None, 16, 9):
-        res[tile] = super_resolve(model, lr, tile)
+        with model.settings(solver={'forward': {'tol': 1e-4, 'max_iter': 100}}):
+            res[tile] = super_resolve(model, lr, tile)
         y = res[tile]['y']
         assert float(model.operator.residual_norm(y, res[tile]['b'])[0]) <= 1e-5
     for tile in (16, 9):
@@ -271,23 +274,26 @@ def test_tiled_matches_untiled_and_is_consistent(tmp_path, scale):
 
 def test_cpu_model_runs_the_denoiser_channels_last():
     """On the CPU mcnet-sr runs the denoiser channels-last (oneDNN's faster layout there): the exact spectral-norm
-    estimate survives the conversion, and the result is the contiguous model's to float32 rounding, in as many
-    iterations."""
+    estimate survives the conversion, and the result (under the command's settings) is the contiguous model's to
+    float32 rounding, in as many iterations."""
     import mcnet_sr_cli
-    from mcnet_basicsr.cli.inference import prepare_model
+    from mcnet_basicsr.cli.inference import command_settings, prepare_model
     cpu = torch.device('cpu')
     args = mcnet_sr_cli.parse_args(['x.png', '-o', 'out', '--scale', '2', '--device', 'cpu', '--tol', '1e-4'])
     model = prepare_model(args, cpu, models={})
     reference = get_model(2, cpu)
-    reference.set_solver(forward={'preset': 'fast', 'tol': 1e-4})
-    reference.extrapolation = args.extrapolation  # the command's default for this layer
-    assert model.extrapolation == 0.25
+    settings = command_settings(args)
+    assert settings.extrapolation == 0.25  # the command's default for this layer
+    assert settings.forward_solver.tol == 1e-4
     convs = list(model.denoiser.sn_convs())
     assert all(m.weight.is_contiguous(memory_format=torch.channels_last) and not m.weight.is_contiguous()
                for m in convs if m.weight.shape[1] > 1)
     assert all(m.estimate_is_exact() for m in convs)
     lr = torch.from_numpy(photo('chelsea', 40, 48)[:, :, ::-1] / 255.0).permute(2, 0, 1)[None].contiguous()
-    fast, ref = super_resolve(model, lr), super_resolve(reference, lr)
+    with model.settings(settings):
+        fast = super_resolve(model, lr)
+    with reference.settings(solver={'forward': {'preset': 'fast', 'tol': 1e-4}}, extrapolation=args.extrapolation):
+        ref = super_resolve(reference, lr)
     assert int(fast['stats'].iterations[0]) == int(ref['stats'].iterations[0])
     assert (fast['sr'] - ref['sr']).abs().max() <= 2e-5  # float32 rounding, carried through the solve (1.1e-5 seen)
     assert not any(m.weight.is_contiguous(memory_format=torch.channels_last) and not m.weight.is_contiguous()
@@ -562,17 +568,15 @@ def test_degradation_cv2_area_is_consistent_with_opencv(tmp_path, capsys):
     row = read_summary(outs['area'])[str(img)]
     assert float(row['fidelity']) <= 1e-9
 
+    rgb_model = get_model(2, torch.device('cpu'), cache=MODELS, channels='rgb')
     model = get_model(2, torch.device('cpu'), cache=MODELS)
-    model.set_solver(forward={'tol': 1e-4, 'max_iter': 100})
     lr = lr_tensor(lr8)
-    try:
-        model.channels = 'rgb'
-        sr = super_resolve(model, lr, operator=build_degradation('cv2-area', 2))['sr']
-    finally:
-        model.channels = 'y'
+    with rgb_model.settings(solver={'forward': {'tol': 1e-4, 'max_iter': 100}}):
+        sr = super_resolve(rgb_model, lr, operator=build_degradation('cv2-area', 2))['sr']
     back = cv2.resize(hwc(sr), (28, 24), interpolation=cv2.INTER_AREA)
     assert np.abs(back - hwc(lr)).max() <= 1e-9
-    bicubic_sr = super_resolve(model, lr)['sr']
+    with model.settings(solver={'forward': {'tol': 1e-4, 'max_iter': 100}}):
+        bicubic_sr = super_resolve(model, lr)['sr']
     assert np.abs(cv2.resize(hwc(bicubic_sr), (28, 24), interpolation=cv2.INTER_AREA) - hwc(lr)).max() > 1e-3
 
 
@@ -600,14 +604,10 @@ def test_kernel_rgb_is_consistent_with_scipy_blur_in_every_channel(tmp_path):
     assert cli(img, '-o', out, '--scale', 2, '--kernel', tmp_path / 'k.npy', '--channels', 'rgb', *FAST) == 0
     assert float(read_summary(out)[str(img)]['fidelity']) <= 1e-9
 
-    model = get_model(2, torch.device('cpu'), cache=MODELS)
-    model.set_solver(forward={'tol': 1e-3, 'max_iter': 100})
+    model = get_model(2, torch.device('cpu'), cache=MODELS, channels='rgb')
     lr = torch.from_numpy(lr16 / 65535.0).permute(2, 0, 1)[None].contiguous()
-    try:
-        model.channels = 'rgb'
+    with model.settings(solver={'forward': {'tol': 1e-3, 'max_iter': 100}}):
         res = {t: super_resolve(model, lr, t, operator=BlurDownsample(2, k))['sr'] for t in (None, 8)}
-    finally:
-        model.channels = 'y'
     for sr in res.values():
         assert np.abs(degrade(hwc(sr)) - hwc(lr)).max() <= 1e-9
     assert (res[8] - res[None]).abs().max() <= 1e-3

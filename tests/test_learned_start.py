@@ -5,14 +5,13 @@ needs fewer iterations to the same output.
 CPU only; a random SRCNN (8-4 features) as the backbone, a 3-layer 8-channel DnCNN and a 3-layer 8-channel start, on
 16x16 HR patches of a real photo.
 """
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import pytest
 import torch
 from basicsr.archs import build_network
 from basicsr.models import build_model
 from basicsr.utils import get_root_logger
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo, tiny_layer_options
 from mcnet_basicsr.archs.learned_start_arch import build_start_network, load_start_network
 from mcnet_basicsr.ops import build_operator
@@ -51,10 +50,11 @@ def layer(srcnn_ckpt, layer_ckpt, **kw):
 
 
 def solved(net, lr):
+    info = {}
     with torch.no_grad():
-        out = net(lr)
-    assert net.last_stats['forward'].converged.all()
-    return out, net.last_stats['forward'].iterations
+        out = net(lr, info=info)
+    assert info['forward'].converged.all()
+    return out, info['forward'].iterations
 
 
 # ------------------------------------------------------------------------------------------ the network
@@ -102,22 +102,22 @@ def test_tiled_start_is_the_whole_image_start(srcnn_ckpt, layer_ckpt):
 
 
 # ------------------------------------------------------------------------------------------ weights
-def test_layer_checkpoint_without_a_start_keeps_the_start_of_start_path(srcnn_ckpt, layer_ckpt, tmp_path):
+def test_layer_checkpoint_without_a_start_keeps_the_start_of_its_path(srcnn_ckpt, layer_ckpt, tmp_path):
     torch.manual_seed(4)
     start = build_start_network(START)
     torch.nn.init.normal_(start.dncnn[-1].weight, std=0.05)
     torch.save(start.state_dict(), tmp_path / 'start.pth')
-    net = layer(srcnn_ckpt, layer_ckpt, start=START, start_path=str(tmp_path / 'start.pth'))  # strict load
+    net = layer(srcnn_ckpt, layer_ckpt, start=dict(START, path=str(tmp_path / 'start.pth')))  # strict load
     for name, p in start.state_dict().items():
         assert torch.equal(net.start.state_dict()[name], p), name
-    # a whole layer checkpoint with its start: start_path takes its start.* entries (params_ema first)
+    # a whole layer checkpoint with its start: start.path takes its start.* entries (params_ema first)
     zero_start = {k: torch.zeros_like(v) if k.startswith('start.') else v for k, v in net.state_dict().items()}
     torch.save({'params': zero_start, 'params_ema': net.state_dict()}, tmp_path / 'whole.pth')
     again = build_start_network(START)
     load_start_network(again, str(tmp_path / 'whole.pth'))
     assert all(torch.equal(again.state_dict()[k], v) for k, v in start.state_dict().items())
-    # and a layer checkpoint with a start replaces the one of start_path
-    other = layer(srcnn_ckpt, str(tmp_path / 'whole.pth'), start=START, start_path=str(tmp_path / 'start.pth'))
+    # and a layer checkpoint with a start replaces the one of start.path
+    other = layer(srcnn_ckpt, str(tmp_path / 'whole.pth'), start=dict(START, path=str(tmp_path / 'start.pth')))
     assert all(not v.any() for v in other.start.state_dict().values())
 
 
@@ -125,8 +125,11 @@ def test_bad_start_weights_and_options_are_refused(srcnn_ckpt, layer_ckpt, tmp_p
     torch.save(build_start_network({'depth': 4, 'num_feat': 8}).state_dict(), tmp_path / 'deep.pth')
     with pytest.raises(CheckpointError, match='not the weights of this start network'):
         load_start_network(build_start_network(START), str(tmp_path / 'deep.pth'))
-    with pytest.raises(ValueError, match='start_path needs start options'):
-        build_network(layer_opt(srcnn_ckpt, start_path=str(tmp_path / 'deep.pth')))
+    # a path alone is the default start (depth 8), which those weights do not fit
+    with pytest.raises(CheckpointError, match='not the weights of this start network'):
+        build_network(layer_opt(srcnn_ckpt, start={'path': str(tmp_path / 'deep.pth')}))
+    with pytest.raises(ValueError, match='start must be a dict'):
+        build_network(layer_opt(srcnn_ckpt, start=str(tmp_path / 'deep.pth')))
     # a checkpoint with a start does not load into a layer without one
     net = layer(srcnn_ckpt, layer_ckpt, start=START)
     torch.save({'params': net.state_dict()}, tmp_path / 'with_start.pth')
@@ -134,17 +137,17 @@ def test_bad_start_weights_and_options_are_refused(srcnn_ckpt, layer_ckpt, tmp_p
         layer(srcnn_ckpt, str(tmp_path / 'with_start.pth'))
 
 
-def test_a_model_loads_a_layer_checkpoint_beside_start_path_without_missing_keys(srcnn_ckpt, layer_ckpt, tmp_path,
-                                                                                 caplog):
+def test_a_model_loads_a_layer_checkpoint_beside_a_start_path_without_missing_keys(srcnn_ckpt, layer_ckpt, tmp_path,
+                                                                                   caplog):
     """BasicSR's model loading (test.py, train.py) of a layer checkpoint without start.* entries: the start of
-    start_path stays, and the log says so instead of listing its weights as missing."""
+    ``start.path`` stays, and the log says so instead of listing its weights as missing."""
     torch.manual_seed(5)
     start = build_start_network(START)
     torch.nn.init.normal_(start.dncnn[-1].weight, std=0.05)
     torch.save({'params': start.state_dict()}, tmp_path / 'start.pth')
     opt = model_opt(srcnn_ckpt, layer_ckpt, model_type='MCNetModel')
     opt['is_train'] = False
-    opt['network_g']['start_path'] = str(tmp_path / 'start.pth')
+    opt['network_g']['start'] = dict(START, path=str(tmp_path / 'start.pth'))
     logger = get_root_logger()  # BasicSR's logger does not propagate to the root logger caplog listens to
     level = logger.level
     logger.addHandler(caplog.handler)
@@ -165,7 +168,7 @@ def model_opt(srcnn_ckpt, layer_ckpt, model_type='MCNetStartModel', **train):
                  'scheduler': {'type': 'MultiStepLR', 'milestones': [10**6], 'gamma': 0.5}}
     train_opt.update(train)
     return {'model_type': model_type, 'name': 'learned_start', 'is_train': True, 'num_gpu': 0, 'dist': False,
-            'scale': 2, 'network_g': layer_opt(srcnn_ckpt, start=START),
+            'scale': 2, 'network_g': layer_opt(srcnn_ckpt, start=dict(START)),
             'path': {'pretrain_network_g': layer_ckpt, 'strict_load_g': True}, 'train': train_opt}
 
 

@@ -1,20 +1,19 @@
 """MCNetArch: implicit gradients, measurement consistency, the frozen backbone, solver settings.
 
 CPU only. The backbone is a random SRCNN saved to a temporary checkpoint and loaded through
-``backbone_path`` (as a trained one would be); the denoiser is a small DnCNN6 (8 channels) so the
+``backbone: {path}`` (as a trained one would be); the denoiser is a small DnCNN6 (8 channels) so the
 float64 checks stay fast. The Anderson-vs-plain comparison uses the authors' DnCNN6 from ../shared
 when present.
 """
 import copy
 import math
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import numpy as np
 import pytest
 import torch
 from basicsr.archs import build_network
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import SHARED, central_difference, sample_photo
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 from mcnet_basicsr.ops import build_operator, eps_from_rms
@@ -35,9 +34,14 @@ def backbone_ckpt(tmp_path_factory):
     return str(path)
 
 
+SRCNN = {'type': 'SRCNN', 'padding_mode': 'zeros'}
+
+
 def make_net(ckpt, seed=0, **kw):
-    opt = dict(backbone={'type': 'SRCNN', 'padding_mode': 'zeros'}, operator=OPERATOR, backbone_path=ckpt,
-               backbone_input='upsampled', backbone_channels=1, denoiser={'num_feat': 8})
+    """A layer on the random SRCNN of ``ckpt`` (Y in, Y out, on the upsampled LR) with an 8-channel DnCNN6; ``kw``
+    replaces any constructor option."""
+    opt = dict(backbone={'net': SRCNN, 'path': ckpt, 'input': 'upsampled', 'channels': 1}, operator=OPERATOR,
+               denoiser={'num_feat': 8})
     opt.update(kw)
     torch.manual_seed(seed)
     return MCNetArch(**opt)
@@ -75,8 +79,8 @@ def luma(x):
 # ------------------------------------------------------------------------------------------ gradients
 def test_implicit_gradient_matches_finite_differences_and_unrolled(backbone_ckpt, monkeypatch):
     # beta = 0.1 keeps plain iteration fast enough (~200 steps to 1e-12) to unroll it with autograd
-    net = make_net(backbone_ckpt, beta_init=0.1,
-                   solver={'forward': {'tol': 1e-14, 'max_iter': 1000}, 'backward': {'tol': 1e-11, 'max_iter': 1000}})
+    net = make_net(backbone_ckpt, beta=0.1, settings={'solver': {'forward': {'tol': 1e-14, 'max_iter': 1000},
+                                                                 'backward': {'tol': 1e-11, 'max_iter': 1000}}})
     net = net.to(DT).eval()
     freeze_spectral_norm(net, monkeypatch)
     lr = make_lr(luma(rgb('astronaut', 24, DT)))
@@ -85,13 +89,15 @@ def test_implicit_gradient_matches_finite_differences_and_unrolled(backbone_ckpt
     idx = (1, 3, 1, 1)
     assert float(layer.sn_sigma) > layer.bound, 'the normalisation should be active on the checked layer'
 
-    def loss():
-        return (net(lr) * r).sum()
+    def loss(info=None):
+        return (net(lr, info=info) * r).sum()
 
+    info = {}
     with torch.enable_grad():
-        loss().backward()
+        loss(info).backward()
     g_beta, g_w = float(net.log_beta.grad), float(layer.weight.grad[idx])
-    assert net.last_stats['forward'].converged.all() and net.last_stats['backward'].stats.converged.all()
+    # the info dict given to forward holds the forward solve's stats and, once backward ran, the backward solve's
+    assert info['forward'].converged.all() and info['backward'].stats.converged.all()
 
     fd_beta = central_difference(loss, net.log_beta, (), 1e-4, after_change=lambda: refresh_sigma(net))
     fd_w = central_difference(loss, layer.weight, idx, 1e-5, after_change=lambda: refresh_sigma(net))
@@ -130,7 +136,8 @@ def rgb_batch():
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
 def test_exact_consistency_rgb(backbone_ckpt, rgb_batch, dtype):
     lr = rgb_batch[1].to(dtype)
-    net = make_net(backbone_ckpt, eps=0, solver={'forward': {'tol': 1e-4, 'max_iter': 30}}).to(dtype).eval()
+    net = make_net(backbone_ckpt, eps=0, settings={'solver': {'forward': {'tol': 1e-4, 'max_iter': 30}}})
+    net = net.to(dtype).eval()
     with torch.no_grad():
         out = net(lr)
         w, _ = net.run_backbone(lr)
@@ -145,15 +152,15 @@ def test_exact_consistency_rgb(backbone_ckpt, rgb_batch, dtype):
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
 def test_inexact_consistency_eps_rms(backbone_ckpt, rgb_batch, dtype):
     lr = rgb_batch[1].to(dtype)
-    solver = {'forward': {'tol': 1e-4, 'max_iter': 30}}
-    net = make_net(backbone_ckpt, eps_rms=0.01, solver=solver).to(dtype).eval()
+    settings = {'solver': {'forward': {'tol': 1e-4, 'max_iter': 30}}}
+    net = make_net(backbone_ckpt, eps_rms=0.01, settings=settings).to(dtype).eval()
     b = luma(lr).double()
     eps = eps_from_rms(0.01, b[0].numel())
     with torch.no_grad():
-        out = net(lr)
+        out, info = net.run(lr)
         w, _ = net.run_backbone(lr)
-        out_exact = make_net(backbone_ckpt, eps=0, solver=solver).to(dtype).eval()(lr)
-    assert net.last_stats['eps'] == pytest.approx(eps)
+        out_exact = make_net(backbone_ckpt, eps=0, settings=settings).to(dtype).eval()(lr)
+    assert info['eps'] == pytest.approx(eps)
     op = net.operator
     res = op.residual_norm(luma(out).double(), b)
     assert (res <= eps * (1 + 1e-5)).all(), (res, eps)
@@ -171,7 +178,7 @@ def test_inexact_consistency_eps_rms(backbone_ckpt, rgb_batch, dtype):
 def test_one_channel_input_gives_one_channel_output(backbone_ckpt, rgb_batch):
     _, lr = rgb_batch
     y = luma(lr[:2])
-    net = make_net(backbone_ckpt, solver={'forward': {'tol': 1e-4, 'max_iter': 30}}).eval()
+    net = make_net(backbone_ckpt, settings={'solver': {'forward': {'tol': 1e-4, 'max_iter': 30}}}).eval()
     with torch.no_grad():
         out = net(y)
         out_rgb = net(lr[:2])
@@ -184,8 +191,8 @@ def test_one_channel_input_gives_one_channel_output(backbone_ckpt, rgb_batch):
 # -------------------------------------------------------------------------------------- frozen backbone
 def test_backbone_is_frozen_and_hidden(backbone_ckpt, rgb_batch):
     _, lr = rgb_batch
-    net = make_net(backbone_ckpt, solver={'forward': {'tol': 1e-3, 'max_iter': 10},
-                                          'backward': {'tol': 1e-2, 'max_iter': 10}})
+    net = make_net(backbone_ckpt, settings={'solver': {'forward': {'tol': 1e-3, 'max_iter': 10},
+                                                       'backward': {'tol': 1e-2, 'max_iter': 10}}})
     bb = net.backbone
     bb_params = {id(p) for p in bb.parameters()}
     assert bb_params and not bb_params & {id(p) for p in net.parameters()}
@@ -225,12 +232,13 @@ def test_backbone_is_frozen_and_hidden(backbone_ckpt, rgb_batch):
 @pytest.mark.parametrize('allow', [False, True])
 def test_every_entry_point_runs_under_the_arch_tf32_setting(backbone_ckpt, rgb_batch, set_tf32_flags, allow):
     """forward, and the pieces mcnet-sr and the tolerance sweep compose themselves (backbone_estimate, solve), set
-    the TF32 flags to allow_tf32 for their own work and restore the process's afterwards. PyTorch's default enables
-    TF32 for cuDNN convolutions, which keeps the solve from reaching a tight tolerance on a GPU."""
+    the TF32 flags to the settings' allow_tf32 for their own work and restore the process's afterwards. PyTorch's
+    default enables TF32 for cuDNN convolutions, which keeps the solve from reaching a tight tolerance on a GPU."""
     from mcnet_basicsr.cli.inference import super_resolve
     from tolerance_sweep import sweep_image
     _, lr = rgb_batch
-    net = make_net(backbone_ckpt, allow_tf32=allow, solver={'forward': {'tol': 1e-3, 'max_iter': 5}}).eval()
+    net = make_net(backbone_ckpt, settings={'allow_tf32': allow, 'solver': {'forward': {'tol': 1e-3, 'max_iter': 5}}})
+    net = net.eval()
     process = not allow
     set_tf32_flags(process)
     seen = []
@@ -249,17 +257,16 @@ def test_every_entry_point_runs_under_the_arch_tf32_setting(backbone_ckpt, rgb_b
 
 # -------------------------------------------------------------------------------------------- solvers
 def test_anderson_needs_fewer_iterations_than_plain(backbone_ckpt, monkeypatch):
-    denoiser_path = str(AUTHORS_DNCNN) if AUTHORS_DNCNN.is_file() else None
-    denoiser = {'num_feat': 64} if denoiser_path else {'num_feat': 8}
-    net = make_net(backbone_ckpt, beta_init=0.01, denoiser=denoiser, denoiser_path=denoiser_path).eval()
+    denoiser = {'num_feat': 64, 'path': str(AUTHORS_DNCNN)} if AUTHORS_DNCNN.is_file() else {'num_feat': 8}
+    net = make_net(backbone_ckpt, beta=0.01, denoiser=denoiser).eval()
     freeze_spectral_norm(net, monkeypatch)
     lr = make_lr(luma(rgb('camera', 32)))
     iters, outs = {}, {}
     for solver in ('anderson', 'fixed_point'):
-        net.set_solver(forward={'solver': solver, 'tol': 1e-4, 'max_iter': 400})
         with torch.no_grad():
-            outs[solver] = net(lr)
-        stats = net.last_stats['forward']
+            outs[solver], info = net.run(lr, settings={'solver': {'forward': {'solver': solver, 'tol': 1e-4,
+                                                                              'max_iter': 400}}})
+        stats = info['forward']
         assert bool(stats.converged.all()), (solver, stats.residual)
         iters[solver] = int(stats.iterations[0])
     assert iters['anderson'] < iters['fixed_point'], iters
@@ -267,103 +274,116 @@ def test_anderson_needs_fewer_iterations_than_plain(backbone_ckpt, monkeypatch):
     assert float((outs['anderson'] - outs['fixed_point']).abs().max()) < 1e-2
 
 
-def test_set_solver_changes_iterations_not_weights(backbone_ckpt, rgb_batch, monkeypatch):
+def test_solver_settings_change_iterations_not_weights(backbone_ckpt, rgb_batch, monkeypatch):
     _, lr = rgb_batch
     net = make_net(backbone_ckpt).eval()
     freeze_spectral_norm(net, monkeypatch)
     lr = lr[:1]
     sd = {k: v.clone() for k, v in net.state_dict().items()}
+    default = net.layer_settings
 
-    net.set_solver(forward={'tol': 1e-2, 'max_iter': 3})
-    assert net.forward_solver.tol == 1e-2 and net.forward_solver.max_iter == 3
-    assert net.backward_solver == net.forward_solver  # backward defaults to forward
-    assert all(torch.equal(v, sd[k]) for k, v in net.state_dict().items())
-    with torch.no_grad():
-        loose = net(lr)
-        loose_again = net(lr)
-    it_loose = int(net.last_stats['forward'].iterations[0])
+    with net.settings(solver={'forward': {'tol': 1e-2, 'max_iter': 3}}) as s:
+        assert net.layer_settings is s
+        assert s.forward_solver.tol == 1e-2 and s.forward_solver.max_iter == 3
+        assert s.backward_solver == s.forward_solver  # backward defaults to forward
+        assert all(torch.equal(v, sd[k]) for k, v in net.state_dict().items())
+        with torch.no_grad():
+            loose, info = net.run(lr)
+            loose_again = net(lr)
+    assert net.layer_settings is default  # restored on exit
+    it_loose = int(info['forward'].iterations[0])
     assert torch.equal(loose, loose_again)  # deterministic for fixed settings
 
-    net.set_solver(forward={'tol': 1e-7, 'max_iter': 300}, backward={'tol': 1e-3, 'max_iter': 7})
-    assert net.backward_solver.max_iter == 7 and net.forward_solver.max_iter == 300
-    assert all(torch.equal(v, sd[k]) for k, v in net.state_dict().items())
-    with torch.no_grad():
-        tight = net(lr)
-    it_tight = int(net.last_stats['forward'].iterations[0])
+    with net.settings(solver={'forward': {'tol': 1e-7, 'max_iter': 300}, 'backward': {'tol': 1e-3, 'max_iter': 7}}):
+        assert net.layer_settings.backward_solver.max_iter == 7 and net.layer_settings.forward_solver.max_iter == 300
+        assert all(torch.equal(v, sd[k]) for k, v in net.state_dict().items())
+        with torch.no_grad():
+            tight, info = net.run(lr)
+    it_tight = int(info['forward'].iterations[0])
     assert it_loose <= 3 < it_tight
     assert float((tight - loose).abs().max()) > 1e-4
 
 
 @pytest.mark.parametrize('kwargs, needle', [
-    ({'backbone_input': 'foo'}, 'foo'),
+    ({'backbone': {'net': SRCNN, 'input': 'foo'}}, 'foo'),
+    ({'backbone': {'net': SRCNN, 'channels': 2}}, 'channels must be 1 or 3, got 2'),
+    ({'backbone': {'net': SRCNN, 'pth': 'x.pth'}}, 'pth'),
+    ({'backbone': {'path': 'x.pth'}}, 'net'),
     ({'eps': 0.1, 'eps_rms': 0.01}, '0.01'),
     ({'eps': -0.5}, '-0.5'),
     ({'eps_rms': -0.25}, '-0.25'),
     ({'rho': 0}, 'rho'),
-    ({'beta_init': 0.0}, 'beta_init'),
-    ({'solver': {'forward': {'tl': 1e-3}}}, 'tl'),
-    ({'solver': {'fwd': {'tol': 1e-3}}}, 'fwd'),
-    ({'solver': {'forward': {'solver': 'newton'}}}, 'newton'),
+    ({'beta': 0.0}, 'beta init'),
+    ({'beta': {'init': 0.0}}, 'beta init'),
+    ({'beta': {'init': 0.1, 'lern': False}}, 'lern'),
+    ({'beta': 'high'}, 'high'),
+    ({'denoiser': 'dncnn.pth'}, 'dncnn.pth'),
+    ({'settings': {'solver': {'forward': {'tl': 1e-3}}}}, 'tl'),
+    ({'settings': {'solver': {'fwd': {'tol': 1e-3}}}}, 'fwd'),
+    ({'settings': {'solver': {'forward': {'solver': 'newton'}}}}, 'newton'),
+    ({'settings': {'tiles': 8}}, 'tiles'),
 ])
 def test_bad_options_raise_value_error(backbone_ckpt, kwargs, needle):
     with pytest.raises(ValueError) as ei:
         make_net(backbone_ckpt, **kwargs)
     msg = str(ei.value)
     assert needle in msg, msg
-    if 'rho' in kwargs or 'beta_init' in kwargs:
+    if 'rho' in kwargs or kwargs.get('beta') in (0.0, {'init': 0.0}):
         assert 'got 0' in msg, msg
 
 
 def test_per_sample_solver_stats(backbone_ckpt, monkeypatch):
-    net = make_net(backbone_ckpt, solver={'forward': {'tol': 1e-6, 'max_iter': 200}}).to(DT).eval()
+    net = make_net(backbone_ckpt, settings={'solver': {'forward': {'tol': 1e-6, 'max_iter': 200}}}).to(DT).eval()
     freeze_spectral_norm(net, monkeypatch)
     lr = make_lr(torch.cat([rgb('camera', 32, DT), rgb('coffee', 32, DT)]))
-    assert net.last_stats is None
     with torch.no_grad():
-        out = net(lr)
-    stats = net.last_stats['forward']
+        out, info = net.run(lr)
+    assert not hasattr(net, 'last_stats')  # what a solve did is returned, not kept on the module
+    stats = info['forward']
     assert stats.iterations.shape == (2, ) and stats.iterations.dtype == torch.long
     assert bool(stats.converged.all()) and (stats.residual <= 1e-6).all()
-    assert net.last_stats['backward'].stats is None  # no graph, no backward solve
+    assert info['backward'].stats is None  # no graph, no backward solve
     # per-sample: each image stops at its own iteration and gets the result it gets alone
     for i in range(2):
         with torch.no_grad():
-            single = net(lr[i:i + 1])
-        assert int(net.last_stats['forward'].iterations[0]) == int(stats.iterations[i])
+            single, single_info = net.run(lr[i:i + 1])
+        assert int(single_info['forward'].iterations[0]) == int(stats.iterations[i])
         torch.testing.assert_close(single, out[i:i + 1], rtol=0, atol=1e-9)
     assert stats.iterations[0] != stats.iterations[1], stats.iterations
 
 
-def test_tile_option_runs_the_same_forward_on_tiles(backbone_ckpt, monkeypatch):
-    """``tile``: backbone and denoiser on overlapping LR tiles. The backbone estimate is exact (the overlap covers its
-    receptive field), the solve on the whole image stays consistent and within solver tolerance of the untiled one;
-    a bad value is refused and a small enough image is not tiled at all."""
-    net = make_net(backbone_ckpt).eval()
+def test_tile_setting_runs_the_same_forward_on_tiles(backbone_ckpt, monkeypatch):
+    """The ``tile`` setting: backbone and denoiser on overlapping LR tiles. The backbone estimate is exact (the
+    overlap covers its receptive field), the solve on the whole image stays consistent and within solver tolerance of
+    the untiled one; a bad value is refused and a small enough image is not tiled at all."""
+    net = make_net(backbone_ckpt, settings={'solver': {'forward': {'tol': 1e-6, 'max_iter': 200}}}).eval()
     freeze_spectral_norm(net, monkeypatch)
-    net.set_solver(forward={'tol': 1e-6, 'max_iter': 200})
     lq = rgb('astronaut', 30)
     with torch.no_grad():
         whole = net(lq)
         w_whole, _ = net.backbone_estimate(lq)
-        w_tiled, _ = net.backbone_estimate(lq, tile=8)
-        net.tile = 8
-        tiled = net(lq)
-        net.tile = 64  # larger than the image: the untiled code path
-        same = net(lq)
+        w_tiled, _ = net.backbone_estimate(lq, settings={'tile': 8})
+        with net.settings(tile=8):
+            tiled = net(lq)
+        tiled_per_call, _ = net.run(lq, settings={'tile': 8})
+        with net.settings(tile=64):  # larger than the image: the untiled code path
+            same = net(lq)
+    assert net.layer_settings.tile is None
     assert torch.allclose(w_tiled, w_whole, atol=1e-6)
+    assert torch.equal(tiled_per_call, tiled)
     assert (tiled - whole).abs().max() < 1e-3 and not torch.equal(tiled, whole)  # the tiles ran
     assert torch.equal(same, whole)
     y, b = rgb_to_ycbcr(tiled.double())[:, :1], rgb_to_ycbcr(lq.double())[:, :1]
     assert float(net.operator.residual_norm(y, b).max()) <= 1e-5
     with pytest.raises(ValueError, match='tile'):
-        make_net(backbone_ckpt, tile=0)
+        make_net(backbone_ckpt, settings={'tile': 0})
 
 
 # ------------------------------------------------------------------------------------- noise-dependent beta
 def test_noise_beta_is_beta_times_exp_slope_per_sample(backbone_ckpt, monkeypatch, tmp_path):
-    solver = {'forward': {'tol': 1e-12, 'max_iter': 600}}
-    plain = make_net(backbone_ckpt, beta_init=0.2, eps_rms=0.002, solver=solver).to(DT).eval()
-    noisy = make_net(backbone_ckpt, beta_init=0.2, eps_rms=0.002, solver=solver, noise_beta=True).to(DT).eval()
+    settings = {'solver': {'forward': {'tol': 1e-12, 'max_iter': 600}}}
+    plain = make_net(backbone_ckpt, beta=0.2, eps_rms=0.002, settings=settings).to(DT).eval()
+    noisy = make_net(backbone_ckpt, beta={'init': 0.2, 'noise': True}, eps_rms=0.002, settings=settings).to(DT).eval()
     # a layer saved without a slope loads strictly into a noise-dependent one: slope 0, the same outputs
     torch.save({'params': plain.state_dict()}, tmp_path / 'plain.pth')
     from mcnet_basicsr.utils.checkpoint import load_network
@@ -387,8 +407,9 @@ def test_noise_beta_is_beta_times_exp_slope_per_sample(backbone_ckpt, monkeypatc
 
 
 def test_noise_beta_slope_gradient_matches_finite_differences(backbone_ckpt, monkeypatch):
-    net = make_net(backbone_ckpt, beta_init=0.1, eps_rms=0.002, noise_beta=True,
-                   solver={'forward': {'tol': 1e-14, 'max_iter': 1000}, 'backward': {'tol': 1e-11, 'max_iter': 1000}})
+    net = make_net(backbone_ckpt, beta={'init': 0.1, 'noise': True}, eps_rms=0.002,
+                   settings={'solver': {'forward': {'tol': 1e-14, 'max_iter': 1000},
+                                        'backward': {'tol': 1e-11, 'max_iter': 1000}}})
     net = net.to(DT).eval()
     freeze_spectral_norm(net, monkeypatch)
     with torch.no_grad():
@@ -407,6 +428,7 @@ def test_noise_beta_slope_gradient_matches_finite_differences(backbone_ckpt, mon
     assert g != 0.0 and abs(g - fd) <= 1e-4 * abs(fd), (g, fd)
 
 
-def test_noise_beta_must_be_a_bool(backbone_ckpt):
-    with pytest.raises(ValueError, match="noise_beta must be true or false, got 'yes'"):
-        make_net(backbone_ckpt, noise_beta='yes')
+@pytest.mark.parametrize('key', ['noise', 'learn'])
+def test_beta_noise_and_learn_must_be_bools(backbone_ckpt, key):
+    with pytest.raises(ValueError, match=f"beta {key} must be true or false, got 'yes'"):
+        make_net(backbone_ckpt, beta={key: 'yes'})

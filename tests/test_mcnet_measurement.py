@@ -2,12 +2,11 @@
 and a ball widened for noise. CPU, float64, a random RGB backbone and a small denoiser."""
 import math
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import numpy as np
 import pytest
 import torch
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 from mcnet_basicsr.ops import StackedOperator, build_operator, noisy_radius, repeat_samples
@@ -19,12 +18,12 @@ BICUBIC = {'type': 'bicubic', 'scale': SCALE}
 GAUSS = {'type': 'gaussian', 'scale': SCALE, 'sigma': 1.2}
 BACKBONE = {'type': 'RCAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 8, 'num_group': 1, 'num_block': 1,
             'squeeze_factor': 4, 'upscale': SCALE, 'img_range': 1.0, 'rgb_mean': [0.5, 0.5, 0.5]}
-SOLVER = {'forward': {'tol': 1e-9, 'max_iter': 300}}
+SETTINGS = {'solver': {'forward': {'tol': 1e-9, 'max_iter': 300}}}
 
 
 def make_net(**kw):
     torch.manual_seed(0)
-    opt = dict(backbone=BACKBONE, operator=BICUBIC, denoiser={'num_feat': 8}, beta_init=0.3, solver=SOLVER)
+    opt = dict(backbone=BACKBONE, operator=BICUBIC, denoiser={'num_feat': 8}, beta=0.3, settings=SETTINGS)
     opt.update(kw)
     return MCNetArch(**opt).to(DT).eval()
 
@@ -53,7 +52,7 @@ def test_rgb_channels_are_each_consistent_and_solved_independently(lrs):
         w = net._image(*net.backbone_estimate(lrs))
         for n in range(2):
             for c in range(3):
-                x = net.solve(w[n:n + 1, c:c + 1], lrs[n:n + 1, c:c + 1])
+                x, _ = net.solve(w[n:n + 1, c:c + 1], lrs[n:n + 1, c:c + 1])
                 assert torch.allclose(x, out[n:n + 1, c:c + 1], atol=1e-7), (n, c)
         # Y consistency alone leaves the chroma inconsistent
         y_out = make_net(operator=GAUSS)(lrs)
@@ -99,7 +98,7 @@ def test_noise_sigma_widens_the_ball_to_the_noise_norm(lrs):
     noisy = lrs + sigma * torch.randn(lrs.shape, generator=gen, dtype=DT)
     op = build_operator(GAUSS)
     m = lrs[0, 0].numel()
-    net = make_net(channels='rgb', operator=GAUSS, solver={'forward': {'tol': 1e-8, 'max_iter': 300}})
+    net = make_net(channels='rgb', operator=GAUSS, settings={'solver': {'forward': {'tol': 1e-8, 'max_iter': 300}}})
     with torch.no_grad():
         out = net(noisy, noise_sigma=sigma)
         res = (op(out) - noisy).flatten(2).norm(dim=2)
@@ -113,7 +112,7 @@ def test_noise_sigma_widens_the_ball_to_the_noise_norm(lrs):
         res = (op(per_sample) - noisy).flatten(2).norm(dim=2)
         assert float(res[0].max()) <= sigma * math.sqrt(m) * (1 + 1e-9) and float(res[1].max()) < 1e-10
     # on Y the noise of Y counts: sigma times the norm of the Y row of BT.601
-    y_net = make_net(operator=GAUSS, solver={'forward': {'tol': 1e-8, 'max_iter': 300}})
+    y_net = make_net(operator=GAUSS, settings={'solver': {'forward': {'tol': 1e-8, 'max_iter': 300}}})
     with torch.no_grad():
         y_res = (op(luma(y_net(noisy, noise_sigma=sigma))) - luma(noisy)).flatten(1).norm(dim=1)
     y_sigma = sigma * math.sqrt(65.481**2 + 128.553**2 + 24.966**2) / 255

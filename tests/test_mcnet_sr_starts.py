@@ -4,12 +4,11 @@ the same fixed point as the standard start in fewer iterations at the command's 
 
 CPU only; the shipped weights; scikit-image's photos (no download).
 """
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import numpy as np
 import pytest
 import torch
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 import mcnet_sr_cli
 from conftest import sample_photo
 from mcnet_basicsr.cli.inference import get_model
@@ -43,8 +42,8 @@ def _solve(scale, lr, hr_bgr, start, tol):
     net = build_pretrained_mcnet(scale, solver={'preset': 'tables', 'tol': tol}, start=start)
     w, _ = net.backbone_estimate(lr)
     with torch.no_grad():
-        out = net.solve(w, luma(lr.double()))
-    return int(net.last_stats['forward'].iterations[0]), y_uint8_metrics(out, hr_bgr, scale)[0]
+        out, info = net.solve(w, luma(lr.double()))
+    return int(info['forward'].iterations[0]), y_uint8_metrics(out, hr_bgr, scale)[0]
 
 
 @pytest.mark.slow

@@ -1,13 +1,12 @@
 """calculate_data_fidelity: ||A x - b||_2 on Y, with b given or regenerated from the ground truth."""
 import math
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import numpy as np
 import pytest
 import torch
 from basicsr.metrics import calculate_metric
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo
 from mcnet_basicsr.metrics import calculate_data_fidelity
 from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_operator, imresize

@@ -29,7 +29,7 @@ def test_missing_inputs_are_named_with_their_command(entry, tmp_path):
     assert any('datasets/Set5/HR_mod3 (' in line and line.endswith(
         'python scripts/fetch_assets.py Set5 && python scripts/prepare_datasets.py --eval-sets Set5 --train-sets '
         '--scales 3') for line in lines), lines
-    assert any('experiments/pretrained_models/srcnn_955_imagenet_x3.pth (network_g.backbone_path, ' in line and
+    assert any('experiments/pretrained_models/srcnn_955_imagenet_x3.pth (network_g.backbone.path, ' in line and
                line.endswith('python scripts/fetch_assets.py srcnn_955_imagenet') for line in lines), lines
     # the shipped weights the option file names (the layer, or the DnCNN6 training starts from) are the package's
     assert not any('mcnet_basicsr/weights/' in line for line in lines), lines
@@ -66,11 +66,13 @@ def test_how_to_make(tmp_path, monkeypatch):
     assert how_to_make('experiments/pretrained_models/DnCNN_noise15.pth') == \
         'python scripts/fetch_assets.py dncnn17_ryu'
     assert how_to_make('experiments/pretrained_models/RCAN_BIX2.pth').startswith('convert your copy')
-    present = {'network_g': {'denoiser_path': str(tmp_path)}, 'path': {'pretrain_network_g': None}}
+    present = {'network_g': {'denoiser': {'depth': 6, 'path': str(tmp_path)}}, 'path': {'pretrain_network_g': None}}
+    assert option_inputs(present) == [('network_g.denoiser.path', str(tmp_path))]
     assert missing_option_inputs(present) == []
-    gone = str(tmp_path / 'start.pth')  # a learned start's weights are checked too
-    assert [entry[:2] for entry in missing_option_inputs({'network_g': {'start_path': gone}})] == [
-        ('network_g.start_path', gone)]
+    gone = str(tmp_path / 'start.pth')  # a learned start's weights are checked too, and a backbone's
+    opt = {'network_g': {'start': {'depth': 8, 'path': gone}, 'backbone': {'net': 'srcnn', 'path': gone + '.b'}}}
+    assert sorted(entry[:2] for entry in missing_option_inputs(opt)) == [
+        ('network_g.backbone.path', gone + '.b'), ('network_g.start.path', gone)]
 
 
 def test_shipped_weights_resolve_from_any_folder(tmp_path, monkeypatch):
@@ -82,9 +84,9 @@ def test_shipped_weights_resolve_from_any_folder(tmp_path, monkeypatch):
     with open(REPO_ROOT / 'options' / 'test_mcnet_rcan_compact_x2.yml') as f:
         opt = yaml.safe_load(f)
     keys = dict(option_inputs(opt))
-    assert keys['network_g.backbone_path'] == 'mcnet_basicsr/weights/rcan_compact_x2.pth'
-    assert resolve_path(keys['network_g.backbone_path']) == str(Path(SHIPPED_WEIGHTS_DIR) / 'rcan_compact_x2.pth')
-    assert resolve_path('./mcnet_basicsr/weights/rcan_compact_x2.pth') == resolve_path(keys['network_g.backbone_path'])
+    assert keys['network_g.backbone.path'] == 'mcnet_basicsr/weights/rcan_compact_x2.pth'
+    assert resolve_path(keys['network_g.backbone.path']) == str(Path(SHIPPED_WEIGHTS_DIR) / 'rcan_compact_x2.pth')
+    assert resolve_path('./mcnet_basicsr/weights/rcan_compact_x2.pth') == resolve_path(keys['network_g.backbone.path'])
     # only the data is missing here: its four folders, each relative to this folder
     assert sorted(key for key, _, _ in missing_option_inputs(opt)) == [
         'datasets.test_1.dataroot_gt', 'datasets.test_1.dataroot_lq', 'datasets.test_2.dataroot_gt',

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from basicsr.utils.registry import ARCH_REGISTRY
 
 import mcnet_basicsr  # noqa: F401  (registers the archs)
-from basicsr.utils.registry import ARCH_REGISTRY
+from mcnet_basicsr.archs.mcnet_arch import backbone_group
 
 OPTIONS = sorted((Path(__file__).resolve().parents[1] / 'options').glob('*.yml'))
 
@@ -55,7 +56,7 @@ def test_option_file_is_consistent_with_its_scale(path):
             assert metric['scale'] == s
     assert 'suffix' in opt['val'], 'BasicSR test option files need val.suffix'
     net = opt['network_g']
-    backbone = net.get('backbone')  # a preset name takes the operator's scale
+    backbone = backbone_group(net['backbone'])['net'] if 'backbone' in net else None  # a preset name: the op's scale
     for block in (net, backbone if isinstance(backbone, dict) else {}):
         for key in ('upscale', 'scale'):
             if key in block and block is not net.get('operator'):
@@ -64,11 +65,22 @@ def test_option_file_is_consistent_with_its_scale(path):
         assert net['operator']['scale'] == s
 
 
+# the groups of network_g that name weights by their ``path`` (MCNetArch, PnPADMM, TVTV)
+WEIGHT_GROUPS = ('backbone', 'denoiser', 'start')
+
+
+def _weight_paths(net_opt):
+    """``{group: path}`` of the weights ``network_g`` options name (a group's ``path``; a preset name or network
+    options alone as ``backbone`` name none)."""
+    return {key: net_opt[key].get('path') for key in WEIGHT_GROUPS
+            if isinstance(net_opt.get(key), dict) and 'type' not in net_opt[key] and net_opt[key].get('path')}
+
+
 def _random_network_options(opt):
+    """``network_g`` of ``opt`` with every weight path dropped (random networks)."""
     net = copy.deepcopy(opt['network_g'])
-    for key in ('backbone_path', 'denoiser_path'):
-        if key in net:
-            net[key] = None
+    for key in _weight_paths(net):
+        net[key]['path'] = None
     return net
 
 
@@ -88,7 +100,7 @@ def test_compact_backbone_option_runs_forward(name):
     s = opt['scale']
     net_opt = _random_network_options(opt)
     if net_opt['type'] == 'MCNetArch':
-        net_opt['solver'] = {'forward': {'solver': 'anderson', 'tol': 1e-3, 'max_iter': 3}}
+        net_opt['settings'] = {'solver': {'forward': {'solver': 'anderson', 'tol': 1e-3, 'max_iter': 3}}}
     net = ARCH_REGISTRY.get(net_opt.pop('type'))(**net_opt).eval()
     torch.manual_seed(0)
     lr = torch.rand(1, 3, 8, 8)
@@ -107,19 +119,19 @@ def test_shipped_weights_load_strictly_into_their_option_files(name):
     """The option files that name shipped weights build networks those weights fit exactly (strict loading)."""
     opt = _load(next(p for p in OPTIONS if p.name == name))
     net_opt = copy.deepcopy(opt['network_g'])
-    for key in ('backbone_path', 'denoiser_path', 'start_path'):
-        if net_opt.get(key) and net_opt[key].startswith('mcnet_basicsr/weights/'):
-            net_opt[key] = str(WEIGHTS / Path(net_opt[key]).name)  # loaded strictly by the arch
-        elif key in net_opt:
-            net_opt[key] = None
-    net = ARCH_REGISTRY.get(net_opt.pop('type'))(**net_opt)  # denoiser_path: load_dncnn is strict
+    paths = _weight_paths(net_opt)
+    assert any(p.startswith('mcnet_basicsr/weights/') for p in paths.values()) or opt['path']['pretrain_network_g']
+    for key, path in paths.items():
+        # shipped weights are loaded strictly by the arch; others (third-party) are dropped
+        net_opt[key]['path'] = str(WEIGHTS / Path(path).name) if path.startswith('mcnet_basicsr/weights/') else None
+    net = ARCH_REGISTRY.get(net_opt.pop('type'))(**net_opt)  # denoiser.path: load_dncnn is strict
     ckpt = opt['path']['pretrain_network_g']
     if ckpt:
         assert ckpt.startswith('mcnet_basicsr/weights/'), ckpt
         state = torch.load(WEIGHTS / Path(ckpt).name, map_location='cpu', weights_only=True)['params']
         result = net.load_state_dict(state, strict=True)
         assert not result.missing_keys and not result.unexpected_keys
-    if net_opt.get('start_path'):  # a fitted start, kept by the layer's loading, not the identity it begins as
+    if paths.get('start'):  # a fitted start, kept by the layer's loading, not the identity it begins as
         assert net.start.dncnn[-1].weight.abs().sum() > 0
 
 
@@ -136,7 +148,7 @@ def test_training_options_start_from_a_shipped_denoiser(name):
     options/train_dncnn6_sigma_*.yml) or the denoiser of a shipped layer (trained by its own option file), and that
     checkpoint fits the option file's denoiser strictly."""
     opt = _load(next(p for p in OPTIONS if p.name == name))
-    path = opt['network_g']['denoiser_path']
+    path = opt['network_g']['denoiser']['path']
     match = re.fullmatch(r'mcnet_basicsr/weights/(dncnn6_sigma_[0-9.]+_[0-9.]+|mcnet_[a-z0-9_]+)\.pth', path)
     assert match, path
     recipe = OPTIONS[0].parent / f'train_{match.group(1)}.yml'
@@ -145,7 +157,7 @@ def test_training_options_start_from_a_shipped_denoiser(name):
     if not shipped.is_file():
         pytest.skip(f'{shipped} is not in this checkout yet (made by {recipe.name})')
     net_opt = _random_network_options(opt)
-    net_opt['denoiser_path'] = str(shipped)
+    net_opt['denoiser']['path'] = str(shipped)
     net = ARCH_REGISTRY.get(net_opt.pop('type'))(**net_opt)  # load_dncnn is strict
     assert isinstance(net, torch.nn.Module)
 

@@ -49,8 +49,9 @@ def workspace(tmp_path_factory):
         cv2.imwrite(str(hr_dir / f'{name}.png'), cv2.cvtColor(sample_photo(name, size), cv2.COLOR_RGB2BGR))
     run(['scripts/prepare_datasets.py', '--src', str(root / 'src'), '--root', str(root / 'datasets'), '--scales', '2',
          '--train-sets', 'Photos', '--eval-sets', 'Photos', '--patch-size', '48', '--step', '48'], cwd=REPO_ROOT)
-    import mcnet_basicsr  # noqa: F401
     from basicsr.archs import build_network
+
+    import mcnet_basicsr  # noqa: F401
     torch.manual_seed(0)
     srcnn = build_network({'type': 'SRCNN', 'padding_mode': 'replicate'})
     torch.save({'params': srcnn.state_dict()}, root / 'srcnn_x2.pth')
@@ -84,9 +85,9 @@ def tiny_train_option(ws, total_iter, name='e2e_mcnet_srcnn_x2'):
     opt['datasets']['val'].update(dataroot_gt=str(ws / 'datasets/Photos/HR_mod2'),
                                   dataroot_lq=str(ws / 'datasets/Photos/LR_bicubic/X2'))
     net = opt['network_g']
-    net['backbone_path'] = str(ws / 'srcnn_x2.pth')
-    net['denoiser_path'] = None
-    net['solver'] = {'forward': {'tol': 1e-3, 'max_iter': 8}, 'backward': {'tol': 1e-2, 'max_iter': 6}}
+    net['backbone']['path'] = str(ws / 'srcnn_x2.pth')
+    net['denoiser']['path'] = None
+    net['settings']['solver'] = {'forward': {'tol': 1e-3, 'max_iter': 8}, 'backward': {'tol': 1e-2, 'max_iter': 6}}
     opt['train'].update(total_iter=total_iter)
     opt['train']['scheduler']['milestones'] = [total_iter]
     opt['val']['val_freq'] = 2
@@ -101,8 +102,8 @@ def tiny_test_option(ws, weights, name):
     opt['datasets'] = {'test_1': dict(opt['datasets']['test_1'], name='Photos',
                                       dataroot_gt=str(ws / 'datasets/Photos/HR_mod2'),
                                       dataroot_lq=str(ws / 'datasets/Photos/LR_bicubic/X2'))}
-    opt['network_g']['backbone_path'] = str(ws / 'srcnn_x2.pth')
-    opt['network_g']['solver'] = {'forward': {'tol': 1e-4, 'max_iter': 30}}
+    opt['network_g']['backbone']['path'] = str(ws / 'srcnn_x2.pth')
+    opt['network_g']['settings']['solver'] = {'forward': {'tol': 1e-4, 'max_iter': 30}}
     opt['path']['pretrain_network_g'] = str(weights)
     return opt
 
@@ -173,8 +174,9 @@ def test_test_pipeline_on_set5(workspace, tmp_path):
     ws = workspace
     run(['scripts/prepare_datasets.py', '--src', str(SHARED / 'datasets'), '--root', str(tmp_path / 'datasets'),
          '--scales', '2', '--eval-sets', 'Set5', '--train-sets'], cwd=REPO_ROOT)
-    import mcnet_basicsr  # noqa: F401
     from basicsr.archs import build_network
+
+    import mcnet_basicsr  # noqa: F401
     net = build_network(tiny_train_option(ws, 1)['network_g'])
     torch.save({'params': net.state_dict()}, tmp_path / 'layer.pth')
     opt = tiny_test_option(ws, tmp_path / 'layer.pth', 'e2e_set5')
@@ -194,7 +196,7 @@ def test_shipped_option_file_runs_from_another_folder(tmp_path):
     name = f'e2e_from_another_folder_{os.getpid()}'
     option = REPO_ROOT / 'options' / 'test_mcnet_rcan_compact_x2.yml'
     run([str(REPO_ROOT / 'mcnet_basicsr' / 'test.py'), '-opt', str(option), '--force_yml', f'name={name}',
-         'num_gpu=0', 'network_g:solver:forward:max_iter=20'], cwd=tmp_path)
+         'num_gpu=0', 'network_g:settings:solver:forward:max_iter=20'], cwd=tmp_path)
     log = newest_log(tmp_path / 'results' / name, 'test')  # results/ in the current folder too
     assert log.count('# psnr:') == 2 and 'Validation Set14: fidelity_float' in log, log[-3000:]
     assert f'from {REPO_ROOT / "mcnet_basicsr" / "weights" / "mcnet_rcan_compact_x2.pth"}' in log
@@ -246,7 +248,7 @@ def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
     assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
     assert sorted(line.split(' (')[1].split(',')[0] for line in lines) == [
         'datasets.train.dataroot_gt', 'datasets.train.dataroot_lq', 'datasets.val.dataroot_gt',
-        'datasets.val.dataroot_lq', 'network_g.backbone_path'], lines
+        'datasets.val.dataroot_lq', 'network_g.backbone.path'], lines
     assert all(f'relative to the current folder {checkout}) is missing; ' in line for line in lines), lines
     # with (stand-ins for) them there, it trains: a short run on the CPU, set with --force_yml
     stand_in_data(checkout, eval_sets=('Set5',), train_sets=('T91',))
@@ -256,7 +258,7 @@ def test_basicsr_own_scripts_with_autoload(workspace, tmp_path):
                  'datasets:train:gt_size=48', 'datasets:train:num_worker_per_gpu=0',
                  'datasets:train:dataset_enlarge_ratio=1', 'val:val_freq=2', 'logger:print_freq=1',
                  'logger:save_checkpoint_freq=2', 'logger:use_tb_logger=false',
-                 'network_g:solver:forward:max_iter=8', 'network_g:solver:backward:max_iter=6']
+                 'network_g:settings:solver:forward:max_iter=8', 'network_g:settings:solver:backward:max_iter=6']
     run(readme_example + short_run, cwd=checkout, env=env, python=python)
     exp = checkout / 'experiments' / 'train_MCNet_SRCNN_x2'
     assert (exp / 'models' / 'net_g_2.pth').is_file() and '# psnr:' in newest_log(exp, 'train')
@@ -314,9 +316,10 @@ def test_shipped_compact_rcan_and_its_layer_through_test_pipeline(workspace):
     for name in ('test_rcan_compact_x2.yml', 'test_mcnet_rcan_compact_x2.yml'):
         opt = _photos_test_option(ws, name, f'e2e_{name[:-4]}')
         opt['path']['pretrain_network_g'] = str(REPO_ROOT / opt['path']['pretrain_network_g'])
-        if 'backbone_path' in opt['network_g']:
-            opt['network_g']['backbone_path'] = str(REPO_ROOT / opt['network_g']['backbone_path'])
-            opt['network_g']['solver'] = {'forward': {'tol': 1e-5, 'max_iter': 100}}
+        if opt['network_g']['type'] == 'MCNetArch':
+            backbone = opt['network_g']['backbone']
+            backbone['path'] = str(REPO_ROOT / backbone['path'])
+            opt['network_g']['settings']['solver'] = {'forward': {'tol': 1e-5, 'max_iter': 100}}
         in_process('test', ws, dump_option(opt, ws / f'{name}'))
         log = newest_log(ws / 'results' / opt['name'], 'test')
         psnr[name] = float(log.split('# psnr: ')[1].split()[0])
@@ -345,8 +348,9 @@ def test_train_with_ema_keeps_a_contractive_average(workspace):
     assert diff > 1e-4, 'the EMA copy equals the trained weights'
     assert '# psnr:' in newest_log(exp, 'train')
 
-    import mcnet_basicsr  # noqa: F401
     from basicsr.archs import build_network
+
+    import mcnet_basicsr  # noqa: F401
     net = build_network(dict(opt['network_g']))
     net.load_state_dict(ckpt['params_ema'])
     net.eval()

@@ -6,26 +6,23 @@ import torch
 from tqdm import tqdm
 
 import mcnet_basicsr.utils.progress as progress
+from mcnet_basicsr.deq import fixed_point_solve
 
 
-class Contraction:
-    """``f(z) = a + q (z - a)``: the relative residual falls by about ``q`` per iteration."""
-
-    def __init__(self, q):
-        self.q, self.a = q, torch.linspace(1, 2, 64)
-
-    def fixed_point_map(self):
-        return lambda z: self.a + self.q * (z - self.a)
+def contraction(q):
+    """``f(z) = a + q (z - a)``: the relative residual falls by about ``q`` per iteration; and a start near the fixed
+    point, as the backbone gives."""
+    a = torch.linspace(1, 2, 64)[None]
+    return (lambda z: a + q * (z - a)), 1.2 * a
 
 
-def iterate(model, tol, max_iter):
-    f, z = model.fixed_point_map(), 1.2 * model.a  # a start near the fixed point, as the backbone gives
-    for k in range(1, max_iter + 1):
-        fz = f(z)
-        if (fz - z).norm() / fz.norm() < tol:
-            return k
-        z = fz
-    return max_iter
+def iterate(q, tol, max_iter, observer):
+    """The iterations the solver needs on :func:`contraction` ``q`` (its rel. residual to ``tol``), observed by
+    ``observer``; the same solve unobserved gives the same iterate."""
+    f, z0 = contraction(q)
+    z, stats = fixed_point_solve(f, z0, tol=tol, max_iter=max_iter, observer=observer)
+    assert torch.equal(fixed_point_solve(f, z0, tol=tol, max_iter=max_iter)[0], z)  # observing changes nothing
+    return int(stats.iterations[0])
 
 
 @pytest.fixture
@@ -51,24 +48,27 @@ def bars(monkeypatch):
 
 def test_bar_length_predicts_the_iterations_to_tolerance(bars):
     for q, tol, max_iter in ((0.5, 1e-6, 100), (0.8, 1e-4, 100), (0.9, 1e-8, 60)):
-        model = Contraction(q)
-        with progress.solver_progress(model, max_iter, 'solve', tol=tol):
-            needed = iterate(model, tol, max_iter)
+        with progress.solver_progress(max_iter, 'solve', tol=tol) as observer:
+            needed = iterate(q, tol, max_iter, observer)
         bar = bars[-1]
         assert bar.n == needed
         assert bar.totals[0] == max_iter and all(t <= max_iter for t in bar.totals)
         # from the third residual on (the first rate) within 15%, and within one iteration over the second half
         assert all(abs(t - needed) <= 0.15 * needed for t in bar.totals[2:]), (q, tol, bar.totals, needed)
         assert all(abs(t - needed) <= 1 for t in bar.totals[needed // 2:]), (q, tol, bar.totals, needed)
-        assert 'fixed_point_map' not in vars(model)  # the model's own map is back
     assert bars[-1].totals[-1] == 60 and needed == 60  # capped at max_iter when the tolerance is out of reach
 
 
 def test_without_tol_the_bar_length_is_max_iter(bars):
-    model = Contraction(0.5)
-    with progress.solver_progress(model, 40, 'solve'):
-        needed = iterate(model, 1e-6, 40)
+    with progress.solver_progress(40, 'solve') as observer:
+        needed = iterate(0.5, 1e-6, 40, observer)
     assert bars[-1].n == needed < 40 and bars[-1].total == 40
+
+
+def test_a_disabled_bar_is_no_observer(bars):
+    with progress.solver_progress(40, 'solve', enabled=False, tol=1e-6) as observer:
+        assert observer is None
+    assert not bars
 
 
 def test_iterations_left():

@@ -2,14 +2,13 @@
 import subprocess
 import sys
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import pytest
 import torch
 from basicsr.archs import build_network
 from basicsr.models import build_model
 from basicsr.utils.registry import ARCH_REGISTRY
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import REPO_ROOT, sample_photo
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 from mcnet_basicsr.models.mcnet_model import MCNetModel
@@ -52,14 +51,12 @@ def srcnn_ckpt(tmp_path_factory):
 def mcnet_opt(ckpt):
     return {
         'type': 'MCNetArch',
-        'backbone': {'type': 'SRCNN', 'padding_mode': 'zeros'},
-        'backbone_path': ckpt,
-        'backbone_input': 'upsampled',
-        'backbone_channels': 1,
+        'backbone': {'net': {'type': 'SRCNN', 'padding_mode': 'zeros'}, 'path': ckpt, 'input': 'upsampled',
+                     'channels': 1},
         'operator': {'type': 'bicubic', 'scale': 2},
         'eps': 0,
         'denoiser': {'num_feat': 8},
-        'solver': {'forward': {'tol': 1e-4, 'max_iter': 20}},
+        'settings': {'solver': {'forward': {'tol': 1e-4, 'max_iter': 20}}},
     }
 
 
@@ -111,19 +108,26 @@ def model_opt(ckpt, pretrain=None, models_dir=None):
     }
 
 
-@pytest.mark.parametrize('allow', [False, True])
-def test_protocol_model_runs_the_network_in_float32_unless_it_allows_tf32(set_tf32_flags, allow):
+CASES = [('plain', False, False), ('mcnet', False, False), ('mcnet', True, False), ('mcnet', True, True)]
+
+
+@pytest.mark.parametrize('network, allow, wrapped', CASES)
+def test_protocol_model_runs_the_network_in_float32_unless_it_allows_tf32(srcnn_ckpt, set_tf32_flags, network, allow,
+                                                                          wrapped):
     """A backbone's row of the tables runs as the backbone inside an MCNet layer does: TF32 off (PyTorch's default turns
-    it on for cuDNN convolutions) unless the network sets allow_tf32; the process's flags are restored afterwards."""
+    it on for cuDNN convolutions) unless the network's settings set allow_tf32, read through a wrapper (DataParallel)
+    too; the process's flags are restored afterwards."""
+    net_opt = {'type': 'SRCNN', 'scale': 2} if network == 'plain' else dict(
+        mcnet_opt(srcnn_ckpt), settings={'allow_tf32': allow, 'solver': {'forward': {'max_iter': 2}}})
     model = build_model({'model_type': 'ProtocolSRModel', 'name': 'tf32_test', 'is_train': False, 'num_gpu': 0,
-                         'dist': False, 'scale': 2, 'network_g': {'type': 'SRCNN', 'scale': 2},
-                         'path': {'pretrain_network_g': None}})
-    if allow:
-        model.net_g.allow_tf32 = True
+                         'dist': False, 'scale': 2, 'network_g': net_opt, 'path': {'pretrain_network_g': None}})
+    bare = model.net_g
+    if wrapped:  # as BasicSR wraps it with num_gpu > 1 (on the CPU DataParallel calls the module itself)
+        model.net_g = torch.nn.DataParallel(bare)
     process = not allow
     set_tf32_flags(process)
     seen = []
-    model.net_g.register_forward_pre_hook(
+    bare.register_forward_pre_hook(
         lambda m, a: seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)))
     model.feed_data({'lq': photo(12)})
     model.test()

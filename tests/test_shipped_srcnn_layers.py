@@ -20,12 +20,11 @@ import shutil
 import subprocess
 import sys
 
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 import pytest
 import torch
 import yaml
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import REPO_ROOT, repo_env, shared_path
 from mcnet_basicsr.evaluation.evaluate import evaluate_option
 from mcnet_basicsr.zoo.convert import convert_weights
@@ -71,8 +70,8 @@ def _run(option, root, srcnn_path, scale, images=1):
     opt['datasets'] = {'test_1': ds}
     net = opt['network_g']
     if net['type'] == 'MCNetArch':
-        net['backbone_path'] = srcnn_path
-        net['solver']['forward'].update(cuda_graph=False)  # the tables' preset, as the option file says
+        net['backbone']['path'] = srcnn_path
+        net['settings']['solver']['forward'].update(cuda_graph=False)  # the tables' preset, as the option file says
     else:
         opt['path']['pretrain_network_g'] = srcnn_path
     (record, ) = evaluate_option(opt, torch.device('cpu'))

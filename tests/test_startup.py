@@ -74,9 +74,10 @@ def test_register_repairs_a_deferred_import():
 
 def test_cli_in_process_after_a_normal_import(tmp_path):
     """Both orders in one process: here the package is already imported (and registered) by other tests."""
+    from basicsr.utils.registry import ARCH_REGISTRY
+
     import mcnet_basicsr  # noqa: F401
     import mcnet_sr_cli
-    from basicsr.utils.registry import ARCH_REGISTRY
     photo = _tiny_png(tmp_path)
     assert mcnet_sr_cli.main([str(photo), '-o', str(tmp_path), '--scale', '2', '--device', 'cpu']) == 0
     assert 'MCNetArch' in ARCH_REGISTRY
@@ -96,9 +97,9 @@ def test_console_main_exits_with_the_status(tmp_path):
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
 @pytest.mark.parametrize('y_only', [False, True])
 def test_rgb_to_ycbcr_is_basicsrs_bit_for_bit(dtype, y_only):
-    import mcnet_basicsr  # noqa: F401  (the torchvision alias basicsr needs)
     from basicsr.utils.color_util import rgb2ycbcr_pt
 
+    import mcnet_basicsr  # noqa: F401  (the torchvision alias basicsr needs)
     from mcnet_basicsr.utils.color import rgb_to_ycbcr
     x = torch.rand(2, 3, 17, 23, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype)
     assert torch.equal(rgb_to_ycbcr(x, y_only=y_only), rgb2ycbcr_pt(x, y_only=y_only))

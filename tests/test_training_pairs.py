@@ -1,6 +1,4 @@
 """Training pairs that satisfy the measurement model, the per-sample PSNR loss and the loss crop of MCNetModel."""
-import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-
 from types import SimpleNamespace
 
 import cv2
@@ -10,11 +8,12 @@ import torch
 from basicsr.data import build_dataset
 from basicsr.losses import build_loss
 
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo
-from mcnet_basicsr.utils.images import bicubic_lr
 from mcnet_basicsr.models.mcnet_model import MCNetModel
 from mcnet_basicsr.ops import build_operator
 from mcnet_basicsr.utils import rgb_to_ycbcr
+from mcnet_basicsr.utils.images import bicubic_lr
 
 
 @pytest.fixture

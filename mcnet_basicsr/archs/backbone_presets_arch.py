@@ -13,8 +13,8 @@ preset                    architecture                                          
 
 Where to use them:
 
-* ``MCNetArch`` / ``TVTV``: ``backbone: rcan_compact`` (the scale is the operator's; ``backbone_input`` and
-  ``backbone_channels`` default to the preset's);
+* ``MCNetArch`` / ``TVTV``: ``backbone: rcan_compact`` (the scale is the operator's; ``backbone.input`` and
+  ``backbone.channels`` default to the preset's);
 * a plain option file (the backbone alone, BasicSR's ``SRModel``)::
 
       network_g:
@@ -63,7 +63,8 @@ def backbone_type(name):
 
 
 def resolve_backbone(backbone, scale, backbone_input=None, backbone_channels=None):
-    """(arch options, backbone_input, backbone_channels) of MCNet's / TV-TV's ``backbone`` option.
+    """(arch options, input, channels) of MCNet's / TV-TV's ``backbone`` option: its ``net``, ``input`` and
+    ``channels``.
 
     ``backbone``: a preset name, built at ``scale`` and fed as the preset says, or a ``network_g``-style dict,
     fed as given ('lr' and 3 when not given). An input or channel count that contradicts a preset is an error.
@@ -74,11 +75,11 @@ def resolve_backbone(backbone, scale, backbone_input=None, backbone_channels=Non
     if not isinstance(backbone, str):
         raise ValueError(f'backbone must be a preset name or a network_g-style dict, got {backbone!r}.')
     preset = _preset(backbone)
-    for option, given, wanted in (('backbone_input', backbone_input, preset['input']),
-                                  ('backbone_channels', backbone_channels, preset['channels'])):
+    for option, given, wanted in (('backbone.input', backbone_input, preset['input']),
+                                  ('backbone.channels', backbone_channels, preset['channels'])):
         if given is not None and given != wanted:
             raise ValueError(f'The {backbone!r} preset is fed with {option} = {wanted!r}, got {given!r}; '
-                             f'remove {option} or give the backbone as a dict.')
+                             f'remove {option} or give network options as backbone.net.')
     arch = backbone_options(backbone, scale) if preset['input'] == 'lr' else deepcopy(preset['arch'])
     return arch, preset['input'], preset['channels']
 

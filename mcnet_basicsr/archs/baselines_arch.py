@@ -15,9 +15,9 @@ from mcnet_basicsr.deq import SolverStats
 from mcnet_basicsr.ops import build_operator, imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY
-
 from .dncnn_arch import DnCNN, load_dncnn
-from .mcnet_arch import _CHANNELS, FrozenBackboneMixin, MCNetArch, check_eps_options, eps_repr
+from .layer_settings import BACKBONE_DTYPES, check_backbone_dtype
+from .mcnet_arch import _CHANNELS, FrozenBackboneMixin, MCNetArch, _path_group, check_eps_options, eps_repr
 
 _TV_KINDS = ('anisotropic', 'isotropic')
 
@@ -44,6 +44,18 @@ def _final_projection(operator, x, b64, eps):
     if x.dtype == torch.float64:
         return operator.project(x, b64, eps)
     return operator.project(x.double(), b64, eps).to(x.dtype)
+
+
+def _solved(solve_measured, solve, w, cbcr, lr, operator, noise_sigma):
+    """``(output, info)`` of ``solve_measured`` (MCNetArch's) over ``solve(w, b, op, sigma) -> (x, info)``."""
+    infos = []
+
+    def solve_one(*args):
+        x, info = solve(*args)
+        infos.append(info)
+        return x
+
+    return solve_measured(solve_one, w, cbcr, lr, operator, noise_sigma), infos[0]
 
 
 def _stats(iterations, n, residual, trace, device):
@@ -100,15 +112,15 @@ class PnPADMM(nn.Module):
     The option files' iteration counts and Ryu et al.'s noise level were chosen on Set5 (mean Y-PSNR by
     iteration; docs/benchmarks.md, "Measurements behind implementation choices").
 
-    ``last_stats['forward']`` is a :class:`~mcnet_basicsr.deq.SolverStats` (``iterations`` per
-    sample, the relative change ``||F(z) - z|| / ||F(z)||`` of the last step as ``residual``).
+    :meth:`run` and :meth:`solve` return ``(x, info)``, ``info['forward']`` a :class:`~mcnet_basicsr.deq.SolverStats`
+    (``iterations`` per sample, the relative change ``||F(z) - z|| / ||F(z)||`` of the last step as ``residual``)
+    and ``info['eps']``, as MCNetArch's.
 
     Args:
         operator (dict): Measurement operator options, e.g. ``{type: bicubic, scale: 2}``.
-        denoiser (dict | None): Options of :class:`DnCNN`. Default: DnCNN17 with BatchNorm, no
-            spectral normalisation (the layout of Ryu et al.'s weights).
-        denoiser_path (str | None): Denoiser checkpoint (any layout ``load_dncnn`` accepts).
-            Default: None (random weights; only for tests).
+        denoiser (dict | None): Options of :class:`DnCNN` and ``path``, its checkpoint (any layout ``load_dncnn``
+            accepts). Default: DnCNN17 with BatchNorm, no spectral normalisation (the layout of Ryu et al.'s
+            weights), random weights (only for tests).
         iterations (int): Number of ADMM iterations. Default: 30.
         rho (float): ADMM penalty, > 0; no effect with ``beta = 0`` (kept so that the map is
             MCNet's). Default: 1.0.
@@ -118,7 +130,7 @@ class PnPADMM(nn.Module):
         channels (str): 'y' or 'rgb' (each channel consistent, one solve per channel), as for MCNetArch.
             Default: 'y'.
 
-    ``forward(lr, operator=None, noise_sigma=None)`` takes the measurement of a batch as MCNetArch's does.
+    ``forward(lr, operator=None, noise_sigma=None, info=None)`` takes the measurement of a batch as MCNetArch's does.
     """
 
     beta = 0.0
@@ -133,7 +145,6 @@ class PnPADMM(nn.Module):
     def __init__(self,
                  operator,
                  denoiser=None,
-                 denoiser_path=None,
                  iterations=30,
                  rho=1.0,
                  eps=None,
@@ -148,16 +159,14 @@ class PnPADMM(nn.Module):
         self.operator = build_operator(dict(operator))
         self.scale = self.operator.scale
         self.eps, self.eps_rms, self.rho, self.iterations = eps, eps_rms, float(rho), iterations
-        opts = dict(depth=17, batch_norm=True, spectral_norm=False)
-        opts.update(denoiser or {})
-        self.denoiser = DnCNN(**opts)
+        denoiser, denoiser_path = _path_group('denoiser', denoiser)
+        self.denoiser = DnCNN(**dict(dict(depth=17, batch_norm=True, spectral_norm=False), **denoiser))
         if denoiser_path is not None:
             load_dncnn(self.denoiser, denoiser_path)
         self.denoiser.auto_update_spectral_norm = False  # estimated once per solve, as in MCNet
         for p in self.denoiser.parameters():
             p.requires_grad_(False)
         self.denoiser.eval()
-        self.last_stats = None
 
     def train(self, mode=True):
         super().train(mode)
@@ -171,7 +180,7 @@ class PnPADMM(nn.Module):
     @torch.no_grad()
     def solve(self, b, iterations=None, operator=None, noise_sigma=None):
         """PnP-ADMM on measurements ``b`` (N, C, h, w) (float64 is fine) by ``operator`` (default: this one's) with
-        noise of std ``noise_sigma``: the last iterate ``x`` (float32)."""
+        noise of std ``noise_sigma``: ``(x, info)``, the last iterate ``x`` (float32)."""
         iterations = self.iterations if iterations is None else iterations
         _check_iterations(iterations)
         operator = self.measurement_operator(operator)
@@ -187,17 +196,20 @@ class PnPADMM(nn.Module):
             z_new = f(z)
             trace.append((z_new - z).flatten(1).norm(dim=1) / (z_new.flatten(1).norm(dim=1) + 1e-12))
             z = z_new
-        self.last_stats = {'forward': _stats(iterations, z.shape[0], trace[-1], trace, z.device), 'eps': eps}
-        return _final_projection(operator, z[:, :x.shape[1]], b64, eps)
+        info = {'forward': _stats(iterations, z.shape[0], trace[-1], trace, z.device), 'eps': eps}
+        return _final_projection(operator, z[:, :x.shape[1]], b64, eps), info
 
-    def forward(self, lr, operator=None, noise_sigma=None):
+    forward = MCNetArch.forward
+
+    def run(self, lr, operator=None, noise_sigma=None):
+        """``(output, info)``: :meth:`forward`'s output and what its iterations did (``info`` of :meth:`solve`)."""
         _check_lr('PnPADMM', lr)
         operator = self.measurement_operator(operator)
         # the bicubic upsampling as the "estimate": it gives the chroma on Y and sets the shapes; beta = 0
         estimate = imresize(rgb_to_ycbcr(lr) if lr.shape[1] == 3 else lr, self.scale)
         y, cbcr = estimate[:, :1], (estimate[:, 1:] if lr.shape[1] == 3 else None)
-        return self.solve_measured(lambda w, b, op, sigma: self.solve(b, operator=op, noise_sigma=sigma), y, cbcr,
-                                   lr, operator, noise_sigma)
+        return _solved(self.solve_measured, lambda w, b, op, sigma: self.solve(b, operator=op, noise_sigma=sigma),
+                       y, cbcr, lr, operator, noise_sigma)
 
 
 # ---------------------------------------------------------------------------------------- TV-TV
@@ -277,15 +289,16 @@ class TVTV(FrozenBackboneMixin, nn.Module):
 
     started from ``x = z = P_S(w)``, ``d1 = D x``, ``d2 = D(x - w)``, zero duals. It runs a fixed
     number of iterations and returns the last ``z``, which is in ``S`` exactly (up to rounding, after a
-    final float64 projection). ``last_stats['forward']`` is a :class:`~mcnet_basicsr.deq.SolverStats`
-    with ``residual`` = the relative primal residual ``||x - z|| / ||z||`` of the last iteration.
+    final float64 projection). :meth:`run` and :meth:`solve` return ``(x, info)``, ``info['forward']`` a
+    :class:`~mcnet_basicsr.deq.SolverStats` with ``residual`` = the relative primal residual ``||x - z|| / ||z||``
+    of the last iteration, and ``info['eps']``.
 
     Args:
-        backbone (str | dict): A preset name or ``network_g``-style options of the frozen SR network, as for
-            :class:`MCNetArch`.
+        backbone (str | dict): The frozen SR network and how it is fed, as for :class:`MCNetArch`
+            (``{net, path, param_key, input, channels}``, or a preset name / network options alone).
         operator (dict): Measurement operator options, e.g. ``{type: bicubic, scale: 2}``.
-        backbone_path, backbone_param_key, backbone_input, backbone_channels, backbone_dtype: As for
-            :class:`MCNetArch`.
+        backbone_dtype (str | None): Autocast dtype for the backbone on CUDA ('bf16'/'fp16'), as MCNetArch's
+            setting. Default: None (float32).
         beta (float): Weight of ``TV(x - w)``, >= 0. Default: 1.0.
         rho (float): ADMM penalty, > 0 (Y in [0, 1]). Default: 300.0.
         iterations (int): Number of ADMM iterations. Default: 100 (with rho = 300 converged to PSNR and
@@ -299,7 +312,7 @@ class TVTV(FrozenBackboneMixin, nn.Module):
         channels (str): 'y' or 'rgb' (each channel consistent, one solve per channel), as for MCNetArch.
             Default: 'y'.
 
-    ``forward(lr, operator=None, noise_sigma=None)`` takes the measurement of a batch as MCNetArch's does.
+    ``forward(lr, operator=None, noise_sigma=None, info=None)`` takes the measurement of a batch as MCNetArch's does.
     """
 
     # MCNet's pieces, used as they are: the frozen backbone's estimate (Y and chroma), eps and the measurement of a call
@@ -312,10 +325,6 @@ class TVTV(FrozenBackboneMixin, nn.Module):
     def __init__(self,
                  backbone,
                  operator,
-                 backbone_path=None,
-                 backbone_param_key='params',
-                 backbone_input=None,
-                 backbone_channels=None,
                  backbone_dtype=None,
                  beta=1.0,
                  rho=300.0,
@@ -336,11 +345,11 @@ class TVTV(FrozenBackboneMixin, nn.Module):
             raise ValueError(f'rho must be > 0, got {rho}.')
         self.operator = build_operator(dict(operator))
         self.scale = self.operator.scale
-        self._init_backbone(backbone, self.scale, backbone_path, backbone_param_key, backbone_input, backbone_channels,
-                            backbone_dtype, owner='TVTV')
+        check_backbone_dtype(backbone_dtype)
+        self._init_backbone(backbone, self.scale, owner='TVTV')
+        self.backbone_dtype = BACKBONE_DTYPES[backbone_dtype]
         self.eps, self.eps_rms = eps, eps_rms
         self.beta, self.rho, self.iterations, self.tv = float(beta), float(rho), iterations, tv
-        self.last_stats = None
 
     def extra_repr(self):
         return (f'scale={self.scale}, operator={self.operator!r}, {eps_repr(self.eps, self.eps_rms)}, '
@@ -354,7 +363,7 @@ class TVTV(FrozenBackboneMixin, nn.Module):
     @torch.no_grad()
     def solve(self, w, b, iterations=None, operator=None, noise_sigma=None):
         """TV-TV ADMM from the estimate ``w`` (N, C, H, W) and measurements ``b`` by ``operator`` (default: this
-        one's) with noise of std ``noise_sigma``: the last ``z``, in S."""
+        one's) with noise of std ``noise_sigma``: ``(z, info)``, the last ``z``, in S."""
         iterations = self.iterations if iterations is None else iterations
         _check_iterations(iterations)
         operator = self.measurement_operator(operator)
@@ -378,12 +387,15 @@ class TVTV(FrozenBackboneMixin, nn.Module):
             u1 = u1 + dx - d1
             u2 = u2 + dx - dw - d2
             trace.append((x - z).flatten(1).norm(dim=1) / (z.flatten(1).norm(dim=1) + 1e-12))
-        self.last_stats = {'forward': _stats(iterations, z.shape[0], trace[-1], trace, z.device), 'eps': eps}
-        return _final_projection(operator, z, b64, eps)
+        info = {'forward': _stats(iterations, z.shape[0], trace[-1], trace, z.device), 'eps': eps}
+        return _final_projection(operator, z, b64, eps), info
 
-    def forward(self, lr, operator=None, noise_sigma=None):
+    forward = MCNetArch.forward
+
+    def run(self, lr, operator=None, noise_sigma=None):
+        """``(output, info)``: :meth:`forward`'s output and what its iterations did (``info`` of :meth:`solve`)."""
         _check_lr('TVTV', lr)
         operator = self.measurement_operator(operator)
         w, cbcr = self.run_backbone(lr)
-        return self.solve_measured(lambda w_, b, op, sigma: self.solve(w_, b, operator=op, noise_sigma=sigma), w, cbcr,
-                                   lr, operator, noise_sigma)
+        return _solved(self.solve_measured, lambda w_, b, op, sigma: self.solve(w_, b, operator=op, noise_sigma=sigma),
+                       w, cbcr, lr, operator, noise_sigma)

@@ -1,9 +1,8 @@
-"""The learned start of :class:`~mcnet_basicsr.archs.mcnet_arch.MCNetArch` (its ``start`` and ``start_path``
-options)."""
+"""The learned start of :class:`~mcnet_basicsr.archs.mcnet_arch.MCNetArch` (its ``start`` option, with
+the weights at its ``path``)."""
 from torch import nn
 
 from mcnet_basicsr.utils.checkpoint import CheckpointError, read_checkpoint, select_state_dict, state_dict_mismatch
-
 from .dncnn_arch import DnCNN
 
 
@@ -20,7 +19,7 @@ def build_start_network(options):
 
 
 def load_start_network(net, path):
-    """Load a start's weights (see MCNetArch's ``start_path``) strictly into ``net``."""
+    """Load a start's weights (see MCNetArch's ``start: {path}``) strictly into ``net``."""
     obj = read_checkpoint(path)
     state = select_state_dict(obj, ('params_ema', 'params'), source=str(path))
     if any(k.startswith('start.') for k in state):

@@ -1,10 +1,12 @@
+import dataclasses
 import math
+from contextlib import contextmanager
 from copy import deepcopy
 
 import torch
 from torch import nn
 
-from mcnet_basicsr.deq import BackwardStatsHolder, SolverConfig, implicit_fixed_point, solve
+from mcnet_basicsr.deq import BackwardStatsHolder, implicit_fixed_point, solve
 from mcnet_basicsr.ops import (OPERATOR_REGISTRY, build_operator, eps_from_rms, fold_channels, imresize, noisy_radius,
                                repeat_samples, unfold_channels)
 from mcnet_basicsr.utils.checkpoint import encode_record, load_network, saved_record, split_record
@@ -12,9 +14,9 @@ from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
 from mcnet_basicsr.utils.precision import tf32
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY, build_network
 from mcnet_basicsr.utils.tiling import apply_tiled, mcnet_tile_overlaps, needs_tiling
-
 from .backbone_presets_arch import resolve_backbone
 from .dncnn_arch import DnCNN, load_dncnn
+from .layer_settings import LayerSettings
 from .learned_start_arch import build_start_network, load_start_network
 
 _RECORD_BYTES = 32  # length of the backbone-and-scale record saved with a layer
@@ -22,8 +24,12 @@ _CHANNELS = ('y', 'rgb')
 # norm of the Y row of BT.601 (rgb_to_ycbcr): Gaussian noise of std sigma on each of R, G, B is noise of std
 # sigma * _LUMA_NOISE on Y
 _LUMA_NOISE = ((65.481**2 + 128.553**2 + 24.966**2)**0.5) / 255.0
-_DTYPES = {None: None, 'fp32': None, 'float32': None, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16,
-           'fp16': torch.float16, 'float16': torch.float16}
+# the keys of the grouped options (what each group may hold besides, for the denoiser and the start, the network's
+# own options)
+BACKBONE_KEYS = ('net', 'path', 'param_key', 'input', 'channels')
+BETA_KEYS = ('init', 'learn', 'noise')
+# names an assignment to the layer must not take: they are settings (LayerSettings), in force through net.settings
+_SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(LayerSettings)) | {'solver'}
 
 
 class _Frozen:
@@ -38,14 +44,26 @@ class _Frozen:
         self.module = module
 
 
-def check_backbone_options(backbone_input, backbone_channels, backbone_dtype):
-    """Validate the backbone options shared by MCNetArch and the TVTV baseline."""
+def backbone_group(backbone):
+    """The ``backbone`` option as a dict of :data:`BACKBONE_KEYS`: a preset name or network options (a dict with
+    ``type``) stand for ``{net: that}``. Unknown keys, or a missing ``net``: ValueError."""
+    if isinstance(backbone, str) or (isinstance(backbone, dict) and 'type' in backbone):
+        return {'net': backbone}
+    if not isinstance(backbone, dict) or 'net' not in backbone:
+        raise ValueError(f'backbone must be a preset name, network_g-style options or {{net: ..., path: ...}} '
+                         f'(keys {list(BACKBONE_KEYS)}), got {backbone!r}.')
+    unknown = [k for k in backbone if k not in BACKBONE_KEYS]
+    if unknown:
+        raise ValueError(f'Unknown backbone option(s) {unknown}; allowed are {list(BACKBONE_KEYS)}.')
+    return dict(backbone)
+
+
+def check_backbone_options(backbone_input, backbone_channels):
+    """Validate how a backbone is fed (shared by MCNetArch and the TVTV baseline)."""
     if backbone_input not in ('lr', 'upsampled'):
-        raise ValueError(f"backbone_input must be 'lr' or 'upsampled', got {backbone_input!r}.")
+        raise ValueError(f"backbone input must be 'lr' or 'upsampled', got {backbone_input!r}.")
     if backbone_channels not in (1, 3):
-        raise ValueError(f'backbone_channels must be 1 or 3, got {backbone_channels}.')
-    if backbone_dtype not in _DTYPES:
-        raise ValueError(f'backbone_dtype must be one of {sorted(k for k in _DTYPES if k)}, got {backbone_dtype!r}.')
+        raise ValueError(f'backbone channels must be 1 or 3, got {backbone_channels!r}.')
 
 
 def eps_repr(eps, eps_rms):
@@ -62,6 +80,32 @@ def check_eps_options(eps, eps_rms):
             raise ValueError(f'{name} must be >= 0, got {value}.')
 
 
+def _path_group(name, options):
+    """``(network options, path)`` of a ``denoiser`` / ``start`` option: its network's options with ``path``."""
+    if options is not None and not isinstance(options, dict):
+        raise ValueError(f'{name} must be a dict of options (and path) or None, got {options!r}.')
+    options = dict(options or {})
+    return options, options.pop('path', None)
+
+
+def _beta_group(beta):
+    """``(init, learn, noise)`` of the ``beta`` option: a number (the initial beta) or a dict of :data:`BETA_KEYS`."""
+    if beta is None or (isinstance(beta, (int, float)) and not isinstance(beta, bool)):
+        beta = {} if beta is None else {'init': beta}
+    if not isinstance(beta, dict):
+        raise ValueError(f'beta must be a number or {{init, learn, noise}}, got {beta!r}.')
+    unknown = [k for k in beta if k not in BETA_KEYS]
+    if unknown:
+        raise ValueError(f'Unknown beta option(s) {unknown}; allowed are {list(BETA_KEYS)}.')
+    init, learn, noise = beta.get('init', 0.01), beta.get('learn', True), beta.get('noise', False)
+    if isinstance(init, bool) or not isinstance(init, (int, float)) or not init > 0:
+        raise ValueError(f'beta init must be a number > 0, got {init!r}.')
+    for key, value in (('learn', learn), ('noise', noise)):
+        if not isinstance(value, bool):
+            raise ValueError(f'beta {key} must be true or false, got {value!r}.')
+    return float(init), learn, noise
+
+
 def build_frozen_backbone(backbone, backbone_path=None, param_key='params', owner='MCNetArch'):
     """Build a backbone from ``network_g``-style options, load it, freeze it (eval, no grad): a :class:`_Frozen`."""
     net = build_network(deepcopy(backbone))
@@ -69,7 +113,7 @@ def build_frozen_backbone(backbone, backbone_path=None, param_key='params', owne
         load_network(net, backbone_path, param_key)
     else:
         from basicsr.utils import get_root_logger  # basicsr's log (importing basicsr registers our types)
-        get_root_logger().warning(f'{owner}: no backbone_path given; the backbone keeps its initial weights.')
+        get_root_logger().warning(f'{owner}: no backbone path given; the backbone keeps its initial weights.')
     net.eval()
     for p in net.parameters():
         p.requires_grad_(False)
@@ -83,16 +127,16 @@ class FrozenBackboneMixin:
     to it, which nn.Module would not do for a module outside its tree.
     """
 
-    def _init_backbone(self, backbone, scale, backbone_path, param_key, backbone_input, backbone_channels,
-                       backbone_dtype, owner):
-        """Resolve a preset name at ``scale``, check the options, build and freeze the backbone, keep how it is fed."""
-        backbone, backbone_input, backbone_channels = resolve_backbone(backbone, scale, backbone_input,
-                                                                       backbone_channels)
-        check_backbone_options(backbone_input, backbone_channels, backbone_dtype)
-        self._backbone = build_frozen_backbone(backbone, backbone_path, param_key, owner=owner)
+    def _init_backbone(self, backbone, scale, owner):
+        """Resolve the ``backbone`` option (:func:`backbone_group`; a preset name at ``scale``), check how it is fed,
+        build and freeze it, keep how it is fed."""
+        group = backbone_group(backbone)
+        net, backbone_input, backbone_channels = resolve_backbone(group['net'], scale, group.get('input'),
+                                                                  group.get('channels'))
+        check_backbone_options(backbone_input, backbone_channels)
+        self._backbone = build_frozen_backbone(net, group.get('path'), group.get('param_key', 'params'), owner=owner)
         self.backbone_input = backbone_input
         self.backbone_channels = backbone_channels
-        self.backbone_dtype = _DTYPES[backbone_dtype]
 
     @property
     def backbone(self):
@@ -106,7 +150,7 @@ class FrozenBackboneMixin:
 
 def _keep_own_start(arch, incompatible):
     """A layer checkpoint without any of the start's entries loads strictly and leaves the start as it is (from
-    ``start_path``, or the identity); one with some of them only is still refused."""
+    ``start: {path}``, or the identity); one with some of them only is still refused."""
     names = [f'start.{k}' for k in arch.start.state_dict()]
     missing = [k for k in incompatible.missing_keys if any(k == n or k.endswith('.' + n) for n in names)]
     if len(missing) == len(names):
@@ -136,153 +180,150 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
     channel (the same denoiser on each; the backbone's RGB estimate is w). One-channel input is treated as Y
     throughout and the output is Y.
 
-    ``forward(lr, operator=None, noise_sigma=None)`` also takes the measurement of this batch where it differs from
-    the constructor's: ``operator`` an operator object or options (same scale; e.g. the blur kernel that made this
-    LR, one kernel per sample, or a :class:`~mcnet_basicsr.ops.StackedOperator`), ``noise_sigma`` the standard
-    deviation of Gaussian noise on each LR value (a float or a per-sample (N,) tensor, images in [0, 1]), which
-    widens the ball to ``sqrt(eps^2 + sigma^2 m)`` (:func:`~mcnet_basicsr.ops.noisy_radius`; m values per channel,
-    and on Y the noise of Y, ``sigma * 0.574``).
+    ``forward(lr, operator=None, noise_sigma=None, info=None)`` returns the image (what BasicSR calls); it also takes
+    the measurement of this batch where it differs from the constructor's: ``operator`` an operator object or
+    options (same scale; e.g. the blur kernel that made this LR, one kernel per sample, or a
+    :class:`~mcnet_basicsr.ops.StackedOperator`), ``noise_sigma`` the standard deviation of Gaussian noise on each
+    LR value (a float or a per-sample (N,) tensor, images in [0, 1]), which widens the ball to
+    ``sqrt(eps^2 + sigma^2 m)`` (:func:`~mcnet_basicsr.ops.noisy_radius`; m values per channel, and on Y the noise
+    of Y, ``sigma * 0.574``). What the solve did comes back from :meth:`run` (``(x, info)``), or into a dict the
+    caller gives as ``info`` (through wrappers such as DDP, which call ``forward``); ``info`` holds ``forward``
+    (:class:`~mcnet_basicsr.deq.SolverStats`), ``backward`` (:class:`~mcnet_basicsr.deq.BackwardStatsHolder`, filled
+    when the implicit backward runs) and ``eps`` (the radius used).
+
+    How the layer runs (tiles, precision, extrapolation, solvers, an observer) is a
+    :class:`~mcnet_basicsr.archs.layer_settings.LayerSettings`: the ``settings`` option, changed for one call
+    (``run(..., settings={...})``, ``solve(..., settings={...})``) or for a block (``with net.settings(tile=256):``,
+    restored on exit); :attr:`layer_settings` is the one in force.
 
     Args:
-        backbone (str | dict): The frozen SR network: the name of a shipped configuration, built at the
-            operator's scale ('srcnn', 'rcan_compact', 'rdn_compact', 'imdn', 'pan'; see
-            ``mcnet_basicsr/archs/backbone_presets_arch.py``), or BasicSR ``network_g``-style options of any
-            registered arch (``{type: RCAN, num_feat: 64, ..., upscale: 2}``).
+        backbone (str | dict): The frozen SR network and how it is fed: ``{net, path, param_key, input, channels}``.
+            ``net``: the name of a shipped configuration, built at the operator's scale ('srcnn', 'rcan_compact',
+            'rdn_compact', 'imdn', 'pan'; see ``mcnet_basicsr/archs/backbone_presets_arch.py``), or BasicSR
+            ``network_g``-style options of any registered arch (``{type: RCAN, num_feat: 64, ..., upscale: 2}``).
+            ``path``: its checkpoint (default: random weights); ``param_key``: the key of the state dict in it
+            (default 'params'); ``input``: 'lr' (the LR image) or 'upsampled' (MATLAB-bicubic upsampled LR, as SRCNN
+            expects) and ``channels``: 3 (RGB in/out) or 1 (Y in/out), default the preset's ('lr' and 3 for
+            options). A name or network options alone stand for ``{net: ...}``.
         operator (dict): Measurement operator options, e.g. ``{type: bicubic, scale: 2}``.
         channels (str): 'y' (consistency of Y, the paper's) or 'rgb' (of each of R, G, B). Default: 'y'.
-        backbone_path (str | None): Checkpoint of the backbone. Default: None (random weights).
-        backbone_param_key (str): Key of the state dict in that checkpoint. Default: 'params'.
-        backbone_input (str | None): 'lr' (the LR image) or 'upsampled' (MATLAB-bicubic upsampled LR,
-            as SRCNN expects). Default: None (the preset's; 'lr' for a dict).
-        backbone_channels (int | None): 3 (RGB in/out) or 1 (Y in/out). Default: None (the preset's; 3 for a
-            dict).
-        backbone_dtype (str | None): Autocast dtype for the backbone on CUDA ('bf16'/'fp16').
-            Default: None (float32).
         eps (float | None): Radius of the consistency ball ``||A x - b||_2 <= eps`` (Y in [0,1],
             per image). Default: None.
         eps_rms (float | None): The same per LR pixel: ``eps = eps_rms * sqrt(#LR pixels)``.
             Give at most one of ``eps``/``eps_rms``; neither means exact consistency (eps = 0).
         rho (float): ADMM penalty, > 0. Default: 1.0.
-        beta_init (float): Initial ``beta`` (> 0). Default: 0.01.
-        learn_beta (bool): Train ``beta``. Default: True.
-        noise_beta (bool): Let beta depend on the noise level of each sample: ``beta(sigma) = beta exp(g 255
-            sigma)``, ``sigma`` the noise std of the values a solve makes consistent (each of R, G, B; on Y that of
-            Y) given to :meth:`forward`, with ``g`` learned with beta (stored as ``log_beta_slope``, starting at 0).
-            Without noise the layer is the same. Default: False.
-        denoiser (dict | None): Options of :class:`DnCNN`. Default: DnCNN6 (64 ch, no bias, no BN,
-            residual, spectrally normalised).
-        denoiser_path (str | None): Denoiser checkpoint (any layout ``load_dncnn`` accepts).
-        solver (dict | None): ``{forward: {...}, backward: {...}}`` SolverConfig options;
-            backward defaults to forward (less ``cuda_graph``, a forward-only speed-up: on CUDA with
-            eps = 0 it replays the solver's iterations from CUDA graphs). Change at test time with
-            :meth:`set_solver`.
-        allow_tf32 (bool): TF32 for cuDNN convolutions and CUDA matmuls during this arch's forward and its
-            public pieces ``backbone_estimate`` and ``solve`` (the flags are set for the call and restored after
-            it; training wraps its backward likewise, see MCNetModel). TF32 rounds convolution inputs to 10-bit
-            mantissas, a noise floor of about 1e-4 relative that keeps the fixed-point residual from reaching
-            the 1e-5 a correct implicit gradient needs (docs/benchmarks.md).
-            Default: False.
+        beta (float | dict | None): ``{init, learn, noise}``: the initial ``beta`` (> 0; default 0.01), whether it
+            is trained (default true), and ``noise``: let beta depend on the noise level of each sample, ``beta(sigma)
+            = beta exp(g 255 sigma)``, ``sigma`` the noise std of the values a solve makes consistent (each of R, G,
+            B; on Y that of Y) given to :meth:`forward`, with ``g`` learned with beta (stored as
+            ``log_beta_slope``, starting at 0); without noise the layer is the same (default false). A number is
+            ``{init: number}``. Default: None (all defaults).
+        denoiser (dict | None): Options of :class:`DnCNN` and ``path``, its checkpoint (any layout ``load_dncnn``
+            accepts). Default: DnCNN6 (64 ch, no bias, no BN, residual, spectrally normalised), random weights.
         start (dict | None): A learned start: a residual CNN ``g`` (:class:`DnCNN` without spectral norm,
             options ``depth`` (default 8) and ``num_feat`` (default 64)) and the solve starts from
             ``x0 = P_S(g(P_S(w)))``, ``lam0 = 0``. The map and its fixed point are the same; a start nearer the fixed
             point needs fewer iterations to a tolerance (fitted by :class:`~mcnet_basicsr.models.MCNetStartModel`
-            to the fixed points of this layer). Not trained with the layer. Default: None (``x0 = P_S(w)``).
-        start_path (str | None): Weights of the start: a file of the start alone or a whole layer checkpoint whose
-            ``start.*`` entries are taken (key ``params_ema`` if present, else ``params``). A layer checkpoint
-            without ``start.*`` entries then loads strictly and keeps this start. Default: None (``g`` begins as
-            the identity: its last convolution is zero).
-        tile (int | None): Run the backbone and the denoiser on ``tile`` x ``tile`` LR tiles (``tile * scale``
-            in HR) overlapping by their receptive field, so each tile's output is exactly the untiled one; the
-            fixed-point iteration and its projection run on the whole image. Not exact for backbones with
-            global pooling (RCAN). Default: None (whole images).
-        extrapolation (float): Inference only (no grad): when the forward solve stops at an iterate ``z``, the output
-            comes from ``z + t (F(z) - z)``, ``t = extrapolation * (beta + rho) / beta``, instead of from ``z``: one
-            more application of F. Where the denoiser leaves the image as it is and the projection does not act, the
-            map contracts the error by ``rho / (beta + rho)`` per iteration, so there the remaining error is
-            ``(beta + rho) / beta`` times the residual; with a small beta (the SRCNN layers) that is most of what a
-            solve stopped at a loose tolerance still misses. A fraction of the full step (0.25-0.5) keeps the
-            overshoot in faster directions small. The fixed point is unchanged: at it F(z) = z. Default: 0 (the
-            output comes from ``z``).
+            to the fixed points of this layer). Not trained with the layer. ``path``: weights of the start, a file
+            of the start alone or a whole layer checkpoint whose ``start.*`` entries are taken (key ``params_ema``
+            if present, else ``params``); a layer checkpoint without ``start.*`` entries then loads strictly and
+            keeps this start (default: ``g`` begins as the identity: its last convolution is zero). Default: None
+            (``x0 = P_S(w)``).
+        settings (dict | LayerSettings | None): How the layer runs
+            (:class:`~mcnet_basicsr.archs.layer_settings.LayerSettings`: ``tile``, ``allow_tf32``,
+            ``backbone_dtype``, ``extrapolation``, ``solver: {forward: {...}, backward: {...}}``). Default: None
+            (the defaults: whole images, float32, no extrapolation, ``SolverConfig()`` both ways).
     """
 
     def __init__(self,
                  backbone,
                  operator,
-                 backbone_path=None,
-                 backbone_param_key='params',
-                 backbone_input=None,
-                 backbone_channels=None,
-                 backbone_dtype=None,
+                 channels='y',
                  eps=None,
                  eps_rms=None,
-                 channels='y',
                  rho=1.0,
-                 beta_init=0.01,
-                 learn_beta=True,
-                 noise_beta=False,
+                 beta=None,
                  denoiser=None,
-                 denoiser_path=None,
-                 solver=None,
-                 allow_tf32=False,
-                 tile=None,
                  start=None,
-                 start_path=None,
-                 extrapolation=0.0):
+                 settings=None):
         super().__init__()
         check_eps_options(eps, eps_rms)
-        if not rho > 0:
-            raise ValueError(f'rho must be > 0, got {rho}.')
-        if not beta_init > 0:
-            raise ValueError(f'beta_init must be > 0, got {beta_init}.')
+        if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not rho > 0:
+            raise ValueError(f'rho must be a number > 0, got {rho!r}.')
         if channels not in _CHANNELS:
             raise ValueError(f'channels must be one of {_CHANNELS}, got {channels!r}.')
+        beta_init, learn_beta, noise_beta = _beta_group(beta)
+        denoiser, denoiser_path = _path_group('denoiser', denoiser)
+        has_start = start is not None
+        start, start_path = _path_group('start', start)
+        self._settings = LayerSettings.from_options(settings)
         self.channels = channels
         self.operator = build_operator(dict(operator))
         self.scale = self.operator.scale
-        self._init_backbone(backbone, self.scale, backbone_path, backbone_param_key, backbone_input, backbone_channels,
-                            backbone_dtype, owner='MCNetArch')
-
-        self.allow_tf32 = bool(allow_tf32)
-        if tile is not None and not (isinstance(tile, int) and tile > 0):
-            raise ValueError(f'tile must be a positive number of LR pixels or None, got {tile!r}.')
-        self.tile = tile
-        if isinstance(extrapolation, bool) or not isinstance(extrapolation, (int, float)) or not extrapolation >= 0:
-            raise ValueError(f'extrapolation must be a number >= 0 (a fraction of (beta + rho) / beta), '
-                             f'got {extrapolation!r}.')
-        self.extrapolation = float(extrapolation)
+        self._init_backbone(backbone, self.scale, owner='MCNetArch')
 
         self.eps = eps
         self.eps_rms = eps_rms
         self.rho = float(rho)
         self.log_beta = nn.Parameter(torch.tensor(math.log(beta_init)), requires_grad=learn_beta)
-        if not isinstance(noise_beta, bool):
-            raise ValueError(f'noise_beta must be true or false, got {noise_beta!r}.')
         self.log_beta_slope = nn.Parameter(torch.zeros(()), requires_grad=learn_beta) if noise_beta else None
 
-        if (denoiser or {}).get('batch_norm'):
+        if denoiser.get('batch_norm'):
             # BN in training mode makes F depend on the batch (no fixed point per image), and BN's
             # scale is not bounded, so the contraction argument is lost: PnP baseline only.
             raise ValueError('MCNetArch needs a denoiser without BatchNorm (batch_norm: false); '
                              'BatchNorm DnCNNs are for the PnPADMM baseline.')
-        self.denoiser = DnCNN(**(denoiser or {}))
+        self.denoiser = DnCNN(**denoiser)
         if denoiser_path is not None:
             load_dncnn(self.denoiser, denoiser_path)
         self.denoiser.auto_update_spectral_norm = False  # updated once per solve, see forward
-        if start_path is not None and start is None:
-            raise ValueError('start_path needs start options (e.g. start: {depth: 8}) describing the network.')
-        self.start = None if start is None else build_start_network(start)
+        self.start = build_start_network(start) if has_start else None
         if start_path is not None:
             load_start_network(self.start, start_path)
         if self.start is not None:
             self.register_load_state_dict_post_hook(_keep_own_start)
-        solver = dict(solver or {})
-        unknown = [k for k in solver if k not in ('forward', 'backward')]
-        if unknown:
-            raise ValueError(f"solver options take the keys 'forward' and 'backward' only; unknown key(s) {unknown}.")
-        self.set_solver(**solver)
-        self.last_stats = None
 
-    # ------------------------------------------------------------------ configuration
+    # ------------------------------------------------------------------ settings
+    def __setattr__(self, name, value):
+        if name in _SETTING_NAMES:  # an attribute of that name would be ignored by every solve
+            raise AttributeError(f'{name} is a layer setting, not an attribute: run under it with '
+                                 f'"with net.settings({name}=...):" or run(..., settings={{{name!r}: ...}}); '
+                                 'net.layer_settings holds those in force.')
+        super().__setattr__(name, value)
+
+    @property
+    def layer_settings(self):
+        """The :class:`~mcnet_basicsr.archs.layer_settings.LayerSettings` in force (read-only; change them with
+        :meth:`settings`)."""
+        return self._settings
+
+    @contextmanager
+    def settings(self, settings=None, **changes):
+        """A block that runs under other settings, restored on exit (also when the block raises).
+
+        ``with net.settings(tile=256, solver={'forward': {'tol': 1e-4}}):`` changes single keys (those of
+        :data:`~mcnet_basicsr.archs.layer_settings.OPTION_KEYS`); ``with net.settings(other):`` puts a whole
+        LayerSettings (or options) in force, with ``changes`` on top. Yields the settings in force.
+        """
+        base = self._settings if settings is None else LayerSettings.from_options(settings)
+        new = base.replace(**changes) if changes else base
+        saved, self._settings = self._settings, new
+        try:
+            yield new
+        finally:
+            self._settings = saved
+
+    def _call_settings(self, settings):
+        """The block of one call: :meth:`settings` with a call's ``settings`` (None, changes, or a LayerSettings)."""
+        if settings is None or isinstance(settings, LayerSettings):
+            return self.settings(settings)
+        return self.settings(**settings)
+
+    @property
+    def backbone_dtype(self):
+        """The autocast dtype of the backbone under the settings in force (None: float32)."""
+        return self._settings.autocast_dtype
+
     @property
     def beta(self):
         """beta without noise."""
@@ -297,18 +338,6 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             if noise_sigma.dim():
                 noise_sigma = noise_sigma.view(-1, 1, 1, 1)
         return (self.log_beta + self.log_beta_slope * (255.0 * noise_sigma)).exp()
-
-    def set_solver(self, forward=None, backward=None):
-        """Replace solver settings (e.g. more test-time iterations) without touching weights."""
-        try:  # an unknown key is a bad option value here: ValueError, like every other bad option
-            fwd = SolverConfig.from_dict(forward or {})
-            bwd = SolverConfig.from_dict(backward) if backward else fwd.for_backward()
-        except KeyError as err:
-            raise ValueError(f'MCNetArch solver options: {err.args[0]}') from err
-        if bwd.cuda_graph:
-            raise ValueError('MCNetArch solver options: cuda_graph is for the forward solve only (the backward '
-                             'solve runs autograd at every iteration); remove it from solver.backward.')
-        self.forward_solver, self.backward_solver = fwd, bwd
 
     def extra_repr(self):
         return (f'scale={self.scale}, operator={self.operator!r}, channels={self.channels!r}, '
@@ -349,8 +378,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             net_in = lr
         if self.backbone_input == 'upsampled':
             net_in = imresize(net_in, self.scale)
-        with torch.autocast(lr.device.type, dtype=self.backbone_dtype or torch.float32,
-                            enabled=self.backbone_dtype is not None and lr.device.type == 'cuda'):
+        dtype = self.backbone_dtype
+        with torch.autocast(lr.device.type, dtype=dtype or torch.float32,
+                            enabled=dtype is not None and lr.device.type == 'cuda'):
             out = self.backbone(net_in)
         out = out.to(lr.dtype)
         if not rgb:
@@ -397,12 +427,14 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                 missing_keys.remove(prefix + key)
 
     def tile_overlaps(self):
-        """Overlaps in LR pixels (backbone, denoiser) of exact tiles (see ``tile``)."""
+        """Overlaps in LR pixels (backbone, denoiser) of exact tiles (see ``LayerSettings.tile``)."""
         return mcnet_tile_overlaps(self.scale, self.backbone, self.backbone_input, self.denoiser)
 
-    def backbone_estimate(self, lr, tile=None):
-        """:meth:`run_backbone`, on ``tile`` x ``tile`` LR tiles when the image is larger (under ``allow_tf32``)."""
-        with tf32(self.allow_tf32):
+    def backbone_estimate(self, lr, settings=None):
+        """:meth:`run_backbone` under the settings in force (or this call's ``settings``, as :meth:`run` takes them):
+        on ``tile`` x ``tile`` LR tiles when the image is larger, under ``allow_tf32``."""
+        with self._call_settings(settings) as s, tf32(s.allow_tf32):
+            tile = s.tile
             if not needs_tiling(lr, tile):
                 return self.run_backbone(lr)
             return apply_tiled(self.run_backbone, lr, tile, self.tile_overlaps()[0], out_scale=self.scale)
@@ -467,9 +499,11 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         z0 = torch.cat([x0, torch.zeros_like(x0)], dim=1)
         return self.fixed_point_map(w, b, eps, tile, operator=operator, beta=self.beta_at(noise_sigma)), z0, eps
 
-    def solve(self, w, b, tile=None, operator=None, noise_sigma=None):
-        """The implicit layer alone: x* from the backbone estimate w and LR measurements b (Y, or one channel per
-        sample), measured by ``operator`` (default: the layer's) with noise of std ``noise_sigma`` per LR value.
+    def solve(self, w, b, operator=None, noise_sigma=None, settings=None):
+        """The implicit layer alone: ``(x*, info)`` from the backbone estimate w and LR measurements b (Y, or one
+        channel per sample), measured by ``operator`` (default: the layer's) with noise of std ``noise_sigma`` per LR
+        value, under the settings in force or this call's ``settings`` (changes as a dict, or a LayerSettings).
+        ``info``: ``forward`` (SolverStats of the forward solve), ``backward`` (BackwardStatsHolder) and ``eps``.
 
         ``b`` may be float64 (as :meth:`forward` passes it): the iterations run in ``w``'s dtype and
         the final projection uses ``b`` at full precision, so the consistency of the output is not
@@ -479,25 +513,25 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         (``mcnet-sr``) get the arch's precision, not the process default (PyTorch enables TF32 for cuDNN
         convolutions unless told otherwise, and TF32 keeps this solve from reaching a tight tolerance).
         """
-        with tf32(self.allow_tf32):
-            return self._solve(w, b, tile, self.measurement_operator(operator), noise_sigma)
+        with self._call_settings(settings) as s, tf32(s.allow_tf32):
+            return self._solve(w, b, self.measurement_operator(operator), noise_sigma, s)
 
-    def _solve(self, w, b, tile, operator, noise_sigma):
+    def _solve(self, w, b, operator, noise_sigma, s):
         b_exact, b = b, b.to(w.dtype)
-        f, z0, eps = self.fixed_point_problem(w, b, tile, operator=operator, noise_sigma=noise_sigma)
-        if self.extrapolation and not torch.is_grad_enabled():
-            z_k, fz_k, fwd_stats = solve(f, z0, self.forward_solver, with_image=True)
+        f, z0, eps = self.fixed_point_problem(w, b, s.tile, operator=operator, noise_sigma=noise_sigma)
+        if s.extrapolation and not torch.is_grad_enabled():
+            z_k, fz_k, fwd_stats = solve(f, z0, s.forward_solver, with_image=True, observer=s.observer)
             z, bwd = f(self.extrapolated_iterate(z_k, fz_k, self.beta_at(noise_sigma))), BackwardStatsHolder()
         else:
-            z, fwd_stats, bwd = implicit_fixed_point(f, z0, self.forward_solver, self.backward_solver)
-        self.last_stats = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
-        return self.consistent_output(z[:, :w.shape[1]], b_exact, eps, operator)
+            z, fwd_stats, bwd = implicit_fixed_point(f, z0, s.forward_solver, s.backward_solver, observer=s.observer)
+        info = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
+        return self.consistent_output(z[:, :w.shape[1]], b_exact, eps, operator), info
 
     def extrapolated_iterate(self, z, fz, beta=None):
-        """``z + t (beta + rho) / beta (F(z) - z)``, ``t = extrapolation``: where the output comes from when a solve
-        stops at ``z`` (``fz = F(z)``; ``beta`` the solve's, default the layer's without noise)."""
+        """``z + t (beta + rho) / beta (F(z) - z)``, ``t`` the settings' ``extrapolation``: where the output comes
+        from when a solve stops at ``z`` (``fz = F(z)``; ``beta`` the solve's, default the layer's without noise)."""
         beta = (self.beta if beta is None else beta).detach()
-        return torch.lerp(z, fz, (self.extrapolation * (beta + self.rho) / beta).to(z))
+        return torch.lerp(z, fz, (self._settings.extrapolation * (beta + self.rho) / beta).to(z))
 
     def consistent_output(self, x, b, eps, operator=None):
         """The layer's output from the image part ``x`` of ``F(z)``: ``x`` projected once more in float64.
@@ -510,13 +544,31 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             return x
         return self.measurement_operator(operator).project(x.double(), b.double(), eps).to(x.dtype)
 
-    def forward(self, lr, operator=None, noise_sigma=None):
+    def forward(self, lr, operator=None, noise_sigma=None, info=None):
+        """The layer's output for LR ``lr`` (see the class); ``info``: a dict to receive what :meth:`run` returns
+        with the output."""
+        x, solved = self.run(lr, operator, noise_sigma)
+        if info is not None:
+            info.update(solved)
+        return x
+
+    def run(self, lr, operator=None, noise_sigma=None, settings=None):
+        """``(output, info)``: :meth:`forward`'s output and what its solve did (``info`` as :meth:`solve` returns
+        it), under the settings in force or this call's ``settings`` (changes as a dict, or a LayerSettings)."""
         if lr.dim() != 4 or lr.shape[1] not in (1, 3):
             raise ValueError(f'MCNetArch expects LR images (N, 1 or 3, h, w); got shape {tuple(lr.shape)}.')
         operator = self.measurement_operator(operator)
-        w, cbcr = self.backbone_estimate(lr, self.tile)
-        return self.solve_measured(lambda w_, b, op, sigma: self.solve(w_, b, self.tile, op, sigma), w, cbcr, lr,
-                                   operator, noise_sigma)
+        infos = []
+
+        def solve_one(w_, b, op, sigma):
+            x, info = self.solve(w_, b, op, sigma)
+            infos.append(info)
+            return x
+
+        with self._call_settings(settings):
+            w, cbcr = self.backbone_estimate(lr)
+            x = self.solve_measured(solve_one, w, cbcr, lr, operator, noise_sigma)
+        return x, infos[0]
 
     def solve_measured(self, solve, w, cbcr, lr, operator, noise_sigma):
         """``solve(w, b, operator, noise_sigma)`` on what ``channels`` makes consistent, as an image like ``lr``.

@@ -68,7 +68,7 @@ from tqdm import tqdm
 
 import mcnet_sr_cli
 from mcnet_sr_cli import UsageError, print_error
-
+from ..archs.layer_settings import LayerSettings
 from ..deq import release_cuda_graph_memory
 from ..ops import BlurDownsample, build_degradation, fold_channels, imresize, load_kernel, repeat_samples
 from ..utils.checkpoint import (CheckpointError, read_checkpoint, saved_record, select_state_dict, split_record,
@@ -212,13 +212,15 @@ def _start_cuda_in_background(device):
     threading.Thread(target=init, name='cuda-init', daemon=True).start()
 
 
-def get_model(scale, device, backbone_path=None, weights_path=None, backbone='srcnn', cache=None):
-    """The shipped MCNet at ``scale`` (eval mode, on ``device``), optionally with other weights.
+def get_model(scale, device, backbone_path=None, weights_path=None, backbone='srcnn', cache=None, eps_rms=None,
+              channels='y'):
+    """The shipped MCNet at ``scale`` (eval mode, on ``device``), optionally with other weights, with the
+    consistency radius ``eps_rms`` (None: exact) and ``channels`` (MCNetArch's options).
 
     ``cache``: a dict the caller keeps to reuse models across calls in one process (the first solve of a model
     estimates its spectral norms, seconds); None builds a new model.
     """
-    key = (scale, str(device), backbone, _file_key(backbone_path), _file_key(weights_path))
+    key = (scale, str(device), backbone, _file_key(backbone_path), _file_key(weights_path), eps_rms, channels)
     if cache is not None and key in cache:
         return cache[key]
     try:
@@ -235,7 +237,7 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
     try:
         # the shipped learned start was fitted to the shipped layer: another layer's solve begins at P_S(w)
         model = build_pretrained_mcnet(scale, device='cpu', backbone_path=backbone_path, backbone=backbone,
-                                       start=weights_path is None)
+                                       start=weights_path is None, eps_rms=eps_rms, channels=channels)
     except FileNotFoundError as err:
         raise UsageError(_one_line(err)) from None
     except Exception as err:
@@ -301,7 +303,8 @@ def check_kernel_fits(operator, h, w, scale):
 
 
 def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
-    """MCNet on one image, as :meth:`MCNetArch.forward`, optionally tiled.
+    """MCNet on one image, as :meth:`MCNetArch.forward`, optionally tiled, under the model's settings in force
+    (``with model.settings(...)``; the tile is this call's).
 
     Args:
         colour (Tensor): (1, 3 or 1, h, w) float64 LR in [0, 1] (RGB or Y) on the model's device.
@@ -311,7 +314,7 @@ def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
 
     Returns:
         dict: ``sr`` (float64 result, RGB or Y), ``y`` (its Y), ``w`` / ``cbcr`` (backbone estimate),
-        ``b`` (float64 LR Y), ``eps`` (of the last solve), ``stats`` (SolverStats), ``tiles`` (number of tiles).
+        ``b`` (float64 LR Y), ``eps`` (of the solve), ``stats`` (SolverStats), ``tiles`` (number of tiles).
         With the layer's ``channels`` 'rgb' and colour input, R, G and B are each consistent, one solve per channel.
     """
     h, w = colour.shape[-2:]
@@ -325,17 +328,18 @@ def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
     solved = {}
 
     def solve(w_, b, op, sigma):
-        x = model.solve(w_.float(), b, tile, op, sigma)
+        x, solved['info'] = model.solve(w_.float(), b, op, sigma)
         # solve() ends with P_S in float64 but returns float32; one more exact P_S on the full image
         # keeps the result in float64, so its consistency is not limited by float32 rounding.
-        solved['x'] = op.project(x.double(), b, model.last_stats['eps'])
+        solved['x'] = op.project(x.double(), b, solved['info']['eps'])
         return solved['x']
 
-    with torch.no_grad():  # the arch's own pieces, as its forward runs them (tiles included)
-        w_y, cbcr = model.backbone_estimate(lr, tile)
+    # the arch's own pieces, as its forward runs them (tiles included)
+    with torch.no_grad(), model.settings(tile=tile):
+        w_y, cbcr = model.backbone_estimate(lr)
         # on Y (b = Y of the float64 LR) or per channel, as the layer's channels say; float64 out from float64 LR
         sr = model.solve_measured(solve, w_y, cbcr, colour.double(), operator, noise_sigma)
-        stats, eps = model.last_stats['forward'], model.last_stats['eps']
+        stats, eps = solved['info']['forward'], solved['info']['eps']
         per_channel = model.channels == 'rgb' and cbcr is not None
         y = luma(sr) if per_channel else solved['x']
     return {'sr': sr, 'y': y, 'w': w_y, 'cbcr': cbcr, 'b': luma(colour.double()), 'eps': eps, 'stats': stats,
@@ -411,7 +415,8 @@ def process_image(row, args, model, device, out_names, n_inputs, operator=None):
 
     colour = colour.to(device)
     # on CUDA the solve is short, and iterations replayed from a CUDA graph would not tick a Python counter
-    with solver_progress(model, args.iters, f'{osp.basename(path)} solve', enabled=device.type == 'cpu', tol=args.tol):
+    with solver_progress(args.iters, f'{osp.basename(path)} solve', enabled=device.type == 'cpu',
+                         tol=args.tol) as observer, model.settings(command_settings(args), observer=observer):
         result = super_resolve(model, colour, args.tile, operator, args.noise / 255 if args.noise else None)
     sr = result['sr']
     if not bool(torch.isfinite(sr).all()):
@@ -438,20 +443,28 @@ def process_image(row, args, model, device, out_names, n_inputs, operator=None):
         row['compare'] = cmp_path
 
 
+def command_settings(args):
+    """The layer settings the command runs the model under (:class:`~mcnet_basicsr.archs.layer_settings.LayerSettings`):
+    the 'fast' solver preset with the command's tolerance and iterations, and its extrapolation."""
+    # CUDA graphs (ignored on the CPU and for eps > 0) replay the same iterations without launch overhead;
+    # the tiled denoiser is kept eager (its loop over tiles is not part of what the graph tests cover)
+    return LayerSettings.from_options({
+        'solver': {'forward': {'preset': 'fast', 'tol': args.tol, 'max_iter': args.iters,
+                               'cuda_graph': not args.no_cuda_graph and args.tile is None}},
+        'extrapolation': args.extrapolation})
+
+
 def prepare_model(args, device, models=None):
-    """The model the options ask for, on ``device``, with the command's consistency radius and solver."""
-    model = get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone, cache=models)
+    """The model the options ask for, on ``device``, with the command's consistency radius and channels (its solver
+    settings: :func:`command_settings`)."""
+    eps_rms = args.eps_rms if args.eps_rms is not None else default_eps_rms(args.backbone)
+    # channels 'rgb': the layer's own per-channel solve (MCNetArch.solve_measured)
+    model = get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone, cache=models,
+                      eps_rms=eps_rms, channels=args.channels)
     if args.tile is not None and global_ops(model.backbone):
         # a tile would see its own mean, not the image's: the tiled output would not be the network's
         raise UsageError(f'--tile is not exact for the {args.backbone} backbone: it pools over the whole image '
                          f'({global_ops(model.backbone)[0]}, ...); run without --tile')
-    model.eps, model.eps_rms = None, args.eps_rms if args.eps_rms is not None else default_eps_rms(args.backbone)
-    model.channels = args.channels  # the layer's own per-channel solve (MCNetArch.solve_measured) for 'rgb'
-    # CUDA graphs (ignored on the CPU and for eps > 0) replay the same iterations without launch overhead;
-    # the tiled denoiser is kept eager (its loop over tiles is not part of what the graph tests cover)
-    model.set_solver(forward={'preset': 'fast', 'tol': args.tol, 'max_iter': args.iters,
-                              'cuda_graph': not args.no_cuda_graph and args.tile is None})
-    model.extrapolation = args.extrapolation
     if device.type == 'cpu':
         # oneDNN's channels-last convolutions run the denoiser, i.e. every iteration, faster on the CPU (float32
         # throughout; the result moves by float32 rounding only). On the GPU float32 channels-last convolutions were

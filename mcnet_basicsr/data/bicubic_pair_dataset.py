@@ -6,7 +6,6 @@ from basicsr.utils import imfrombytes, img2tensor
 from basicsr.utils.registry import DATASET_REGISTRY
 
 from mcnet_basicsr.utils.images import bicubic_lr, mod_crop
-
 from .clean_patch_dataset import CleanPatchDataset
 
 # a train image smaller than the crop is replaced by another one drawn at random, at most this often in a row

@@ -6,7 +6,6 @@ from basicsr.utils.registry import DATASET_REGISTRY
 
 from mcnet_basicsr.ops import build_degradation, build_operator
 from mcnet_basicsr.ops.kernels import load_kernel
-
 from .bicubic_pair_dataset import BicubicPairDataset
 from .kernel_family import KernelFamily
 

@@ -2,9 +2,9 @@
 implicit-gradient fixed-point layer."""
 from .config import PRESETS, SolverConfig, SolverStats
 from .implicit import BackwardStatsHolder, implicit_fixed_point
-from .solvers import anderson_solve, fixed_point_residual, fixed_point_solve, release_cuda_graph_memory, solve
+from .solvers import Observer, anderson_solve, fixed_point_residual, fixed_point_solve, release_cuda_graph_memory, solve
 
 __all__ = [
     'PRESETS', 'SolverConfig', 'SolverStats', 'anderson_solve', 'fixed_point_residual', 'fixed_point_solve', 'solve',
-    'implicit_fixed_point', 'BackwardStatsHolder', 'release_cuda_graph_memory'
+    'implicit_fixed_point', 'BackwardStatsHolder', 'release_cuda_graph_memory', 'Observer'
 ]

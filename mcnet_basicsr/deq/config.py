@@ -8,7 +8,6 @@ the command line name one (``forward: {preset: tables}``) and may override
 single keys (``{preset: tables, cuda_graph: true}``).
 """
 from __future__ import annotations
-
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional

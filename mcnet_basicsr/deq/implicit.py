@@ -29,13 +29,12 @@ backward through the same ``z_out`` (``retain_graph=True``) raises a
 gradients (``create_graph=True``) through the layer are not supported.
 """
 from __future__ import annotations
-
 from typing import Callable, Optional, Tuple
 
 import torch
 
 from .config import SolverConfig, SolverStats
-from .solvers import solve
+from .solvers import Observer, solve
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -79,7 +78,7 @@ def _needs_grad_beyond(out: torch.Tensor, leaf: torch.Tensor) -> bool:
 
 
 def implicit_fixed_point(f: Fn, z0: torch.Tensor, forward: Optional[SolverConfig] = None,
-                         backward: Optional[SolverConfig] = None
+                         backward: Optional[SolverConfig] = None, observer: Optional[Observer] = None
                          ) -> Tuple[torch.Tensor, SolverStats, BackwardStatsHolder]:
     """Solve ``z = f(z)`` from ``z0`` and return ``(z_out, fwd_stats, bwd_holder)``.
 
@@ -91,7 +90,8 @@ def implicit_fixed_point(f: Fn, z0: torch.Tensor, forward: Optional[SolverConfig
     stays empty; under ``no_grad`` it is the solver's own evaluation at ``z*``,
     so the solve costs no evaluation of ``f`` beyond its iterations.
     ``backward`` defaults to ``forward`` (without ``cuda_graph``, which a
-    backward solve must not set); ``forward`` to ``SolverConfig()``.
+    backward solve must not set); ``forward`` to ``SolverConfig()``. ``observer`` (:data:`~.solvers.Observer`)
+    sees every iteration of the forward solve.
     """
     fwd = SolverConfig() if forward is None else forward
     if backward is None:
@@ -104,10 +104,10 @@ def implicit_fixed_point(f: Fn, z0: torch.Tensor, forward: Optional[SolverConfig
         bwd = backward
     holder = BackwardStatsHolder()
     if not torch.is_grad_enabled():
-        _, z_out, fwd_stats = solve(f, z0.detach(), fwd, with_image=True)
+        _, z_out, fwd_stats = solve(f, z0.detach(), fwd, with_image=True, observer=observer)
         return z_out, fwd_stats, holder
     with torch.no_grad():
-        z_star, fwd_stats = solve(f, z0.detach(), fwd)
+        z_star, fwd_stats = solve(f, z0.detach(), fwd, observer=observer)
 
     z_star = z_star.detach().requires_grad_()
     z_out = f(z_star)

@@ -19,10 +19,11 @@ Both solvers:
   device;
 * can replay their iterations from CUDA graphs (``cuda_graph=True``), which
   removes the per-iteration Python and launch cost that dominates on small
-  images (see ``_run``).
+  images (see ``_run``);
+* take an ``observer(iteration, iterate, residual)`` called after every
+  evaluation of ``f`` (see :data:`Observer`; None: nothing is called).
 """
 from __future__ import annotations
-
 from typing import Callable, Optional
 
 import torch
@@ -38,6 +39,11 @@ _LAM_FLOOR = 1e-30
 _REL_EPS = 1e-12
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
+# observer(iteration, iterate, residual), called after each evaluation of f: ``iteration`` the number of evaluations
+# so far (1-based, as SolverStats.iterations counts them), ``iterate`` the z (z0's shape) f was evaluated at,
+# ``residual`` its (N,) residual as SolverStats.trace[iteration - 1] records it. Both tensors are the solver's own
+# buffers, valid during the call: clone what is kept. Observed solves run eagerly (a CUDA-graph replay would skip it).
+Observer = Callable[[int, torch.Tensor, torch.Tensor], None]
 
 
 def _check_stop(stop: str) -> None:
@@ -197,7 +203,7 @@ def _capture(fn, res: _CaptureResources):
 
 
 def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _Step,
-         cuda_graph: bool = False, with_image: bool = False):
+         cuda_graph: bool = False, with_image: bool = False, observer: Optional[Observer] = None):
     """Shared loop: evaluate ``f``, book-keep per sample, propose the next iterate with ``step``.
 
     Every piece of state lives in a tensor allocated up front and is updated in place, so the two
@@ -263,7 +269,8 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
 
     g_eval = g_step = fx_static = res = None
     warmup = max(1, step.steady_from)  # the step is replayed from here on (its history length is fixed)
-    use_graphs = cuda_graph and dev.type == 'cuda' and getattr(f, 'capturable', True) and max_iter > warmup
+    use_graphs = (cuda_graph and observer is None and dev.type == 'cuda' and getattr(f, 'capturable', True)
+                  and max_iter > warmup)
     nfe = 0
     for k in range(max_iter):
         h = step.history(k)
@@ -277,6 +284,8 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
         else:
             fx = evaluate()
         nfe += 1
+        if observer is not None:
+            observer(nfe, x.view(shape), trace[k])
         if k == max_iter - 1:
             break
         all_done.post(converged.all())
@@ -301,7 +310,8 @@ def _run(f: Fn, z0: torch.Tensor, tol: float, max_iter: int, stop: str, step: _S
 
 @torch.no_grad()
 def fixed_point_solve(f: Fn, z0: torch.Tensor, tol: float = _D.tol, max_iter: int = _D.max_iter,
-                      stop: str = _D.stop, cuda_graph: bool = _D.cuda_graph, with_image: bool = False):
+                      stop: str = _D.stop, cuda_graph: bool = _D.cuda_graph, with_image: bool = False,
+                      observer: Optional[Observer] = None):
     """Plain iteration ``z <- f(z)`` with per-sample stopping.
 
     Returns ``(z, stats)``: ``z`` has ``z0``'s shape and holds, per sample, the
@@ -309,7 +319,7 @@ def fixed_point_solve(f: Fn, z0: torch.Tensor, tol: float = _D.tol, max_iter: in
     ``(z, f(z), stats)``. ``cuda_graph``: see
     :class:`~mcnet_basicsr.deq.config.SolverConfig`.
     """
-    return _run(f, z0, tol, max_iter, stop, _Step(), cuda_graph, with_image)
+    return _run(f, z0, tol, max_iter, stop, _Step(), cuda_graph, with_image, observer)
 
 
 class _AndersonStep(_Step):
@@ -362,7 +372,7 @@ class _AndersonStep(_Step):
 @torch.no_grad()
 def anderson_solve(f: Fn, z0: torch.Tensor, m: int = _D.m, lam: float = _D.lam, mixing: float = _D.mixing,
                    tol: float = _D.tol, max_iter: int = _D.max_iter, stop: str = _D.stop,
-                   cuda_graph: bool = _D.cuda_graph, with_image: bool = False):
+                   cuda_graph: bool = _D.cuda_graph, with_image: bool = False, observer: Optional[Observer] = None):
     """Anderson acceleration (type II) for ``z = f(z)``, per-sample.
 
     With the last ``n = min(k+1, m)`` iterates ``x_i`` and images ``f(x_i)``,
@@ -390,17 +400,18 @@ def anderson_solve(f: Fn, z0: torch.Tensor, m: int = _D.m, lam: float = _D.lam, 
         raise ValueError(f'lam must be >= 0, got {lam}')
     if not 0 < mixing <= 1:
         raise ValueError(f'mixing must be in (0, 1], got {mixing}')
-    return _run(f, z0, tol, max_iter, stop, _AndersonStep(m, lam, mixing), cuda_graph, with_image)
+    return _run(f, z0, tol, max_iter, stop, _AndersonStep(m, lam, mixing), cuda_graph, with_image, observer)
 
 
-def solve(f: Fn, z0: torch.Tensor, config: Optional[SolverConfig] = None, with_image: bool = False):
+def solve(f: Fn, z0: torch.Tensor, config: Optional[SolverConfig] = None, with_image: bool = False,
+          observer: Optional[Observer] = None):
     """Dispatch on ``config.solver`` (default config when ``None``): ``(z, stats)``, or ``(z, f(z), stats)`` with
-    ``with_image``."""
+    ``with_image``; ``observer`` (:data:`Observer`) sees every iteration."""
     c = SolverConfig() if config is None else config
     if c.solver == 'anderson':
         return anderson_solve(f, z0, m=c.m, lam=c.lam, mixing=c.mixing, tol=c.tol, max_iter=c.max_iter, stop=c.stop,
-                              cuda_graph=c.cuda_graph, with_image=with_image)
+                              cuda_graph=c.cuda_graph, with_image=with_image, observer=observer)
     if c.solver == 'fixed_point':
         return fixed_point_solve(f, z0, tol=c.tol, max_iter=c.max_iter, stop=c.stop, cuda_graph=c.cuda_graph,
-                                 with_image=with_image)
+                                 with_image=with_image, observer=observer)
     raise ValueError(f"unknown solver {c.solver!r}; expected 'anderson' or 'fixed_point'")

@@ -46,7 +46,7 @@ SELECTION_SET = 'Set5'
 QUICK_OVERRIDES = {
     'pnp': ['network_g.iterations=2'],
     'tvtv': ['network_g.iterations=10'],
-    'mcnet': ['network_g.solver.forward={solver: anderson, m: 5, tol: 1.0e-3, max_iter: 5}'],
+    'mcnet': ['network_g.settings.solver.forward={solver: anderson, m: 5, tol: 1.0e-3, max_iter: 5}'],
 }
 
 
@@ -108,6 +108,8 @@ def describe(net_opt):
     kind = net_opt['type']
     if kind in METHODS:
         backbone = net_opt.get('backbone')
+        if isinstance(backbone, dict) and 'net' in backbone:  # the group: the network and how it is fed
+            backbone = backbone['net']
         if isinstance(backbone, str):
             return METHODS[kind], backbone_type(backbone).lower()
         return METHODS[kind], backbone.get('type', 'none').lower() if isinstance(backbone, dict) else 'none'
@@ -242,7 +244,7 @@ def load_selection_option(option_path, overrides, data_root):
         raise FileNotFoundError(f'no option file {option_path}')
     opt = read_option(option_path, overrides)
     if opt['network_g'].get('type') != 'MCNetArch':
-        raise ValueError(f'{option_path}: network_g.type is {opt["network_g"].get("type")!r}; beta_init is an '
+        raise ValueError(f'{option_path}: network_g.type is {opt["network_g"].get("type")!r}; beta is an '
                          'option of MCNetArch only.')
     names = [ds['name'] for ds in opt['datasets'].values()]
     restrict_datasets(opt, [SELECTION_SET], data_root)

@@ -28,8 +28,8 @@ def build_row(row, scale, device, tol, max_iter, channels='rgb'):
     import torch
     from basicsr.archs import build_network
 
-    from .evaluate import load_weights, read_option
     from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS
+    from .evaluate import load_weights, read_option
 
     path = osp.join('options', f'test_{row}_x{scale}.yml')
     if not osp.isfile(path):
@@ -44,7 +44,7 @@ def build_row(row, scale, device, tol, max_iter, channels='rgb'):
         net_opt.pop('eps', None)
         net_opt.update(channels=channels, eps_rms=QUANTIZATION_EPS_RMS)
         if net_opt['type'] == 'MCNetArch':
-            net_opt['solver'] = {'forward': {'tol': tol, 'max_iter': max_iter}}
+            net_opt.setdefault('settings', {})['solver'] = {'forward': {'tol': tol, 'max_iter': max_iter}}
     net = build_network(net_opt)
     load_weights(net, opt.get('path') or {})
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
@@ -94,12 +94,12 @@ def run_cell(net, consistent, groups, lrs, kernel, scale, sigma255, device, batc
                 if consistent:
                     b = usrnet_measurement(lr, sigma)[0]
                     x = torch.from_numpy(b).permute(0, 3, 1, 2).to(device)
-                    y = net(x, operator=op, noise_sigma=sigma or None)
+                    info = {}
+                    y = net(x, operator=op, noise_sigma=sigma or None, info=info)
                     res = (op(y.double()) - x.double()).flatten(2).norm(dim=2)
                     out['fidelity_max'] = max(out['fidelity_max'], float(res.max()))
-                    stats = getattr(net, 'last_stats', None)
-                    if stats and type(net).__name__ == 'MCNetArch':
-                        out['iterations'] += stats['forward'].iterations.float().view(len(chunk), -1).mean(1).tolist()
+                    if type(net).__name__ == 'MCNetArch':
+                        out['iterations'] += info['forward'].iterations.float().view(len(chunk), -1).mean(1).tolist()
                 else:
                     y = net(torch.from_numpy(lr).permute(0, 3, 1, 2).to(device))
             sr = (y.clamp(0, 1) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
@@ -114,7 +114,6 @@ def measure(args):
     import torch
 
     from mcnet_basicsr.ops.kernels import load_kernel
-
     from .evaluate import resolve_device
     started = time.perf_counter()
     device = resolve_device(args.device)

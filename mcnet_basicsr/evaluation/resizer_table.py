@@ -25,7 +25,6 @@ def measure(args):
     from mcnet_basicsr.ops import build_degradation
     from mcnet_basicsr.utils.color import luma
     from mcnet_basicsr.utils.images import list_images, mod_crop, read_hr
-
     from .evaluate import resolve_device
     from .kernel_table import build_row
     device = resolve_device(args.device)

@@ -5,7 +5,6 @@ from basicsr.metrics import calculate_psnr, calculate_ssim
 from basicsr.utils import tensor2img
 
 from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr
-
 from .y_uint8 import y_uint8_metrics
 
 

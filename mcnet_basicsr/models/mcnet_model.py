@@ -8,7 +8,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.precision import tf32
-
 from .protocol_sr_model import ProtocolSRModel
 
 
@@ -88,7 +87,7 @@ class MCNetModel(ProtocolSRModel):
         bare = self.get_bare_model(crt_net)
         if getattr(bare, 'start', None) is not None and not any(k.startswith('start.') for k in load_net):
             get_root_logger().info('The checkpoint holds the layer alone: the learned start keeps its weights '
-                                   '(network_g.start_path, or the identity it begins as).')
+                                   '(network_g.start.path, or the identity it begins as).')
             load_net.update({f'start.{k}': v for k, v in bare.start.state_dict().items()})
         super()._print_different_keys_loading(crt_net, load_net, strict)
 
@@ -140,8 +139,9 @@ class MCNetModel(ProtocolSRModel):
         self.optimizer_g.zero_grad()
         # the arch scopes TF32 to its forward; the implicit backward solve runs in l_pix.backward(), so the whole
         # step runs under the arch's setting
-        with tf32(self.get_bare_model(self.net_g).allow_tf32):
-            self.output = self.network_output(self.net_g, self.lq)
+        self.solve_info = {}  # what the layer's solves did in this step (MCNetArch.forward's info)
+        with tf32(self.get_bare_model(self.net_g).layer_settings.allow_tf32):
+            self.output = self.network_output(self.net_g, self.lq, self.solve_info)
             t1 = self._mark()
             loss_dict = OrderedDict()
             l_pix = self.cri_pix(self._loss_view(self.output), self._loss_view(self.gt))
@@ -161,8 +161,8 @@ class MCNetModel(ProtocolSRModel):
         out = OrderedDict(beta=float(net.beta.detach()))
         if getattr(net, 'log_beta_slope', None) is not None:
             out['beta_slope'] = float(net.log_beta_slope.detach())
-        stats = net.last_stats
-        if stats is not None:
+        stats = getattr(self, 'solve_info', None)
+        if stats:
             fwd = stats['forward']
             out['fwd_iter'] = float(fwd.iterations.float().mean())
             out['fwd_res'] = float(fwd.residual.max())

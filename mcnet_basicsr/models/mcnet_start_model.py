@@ -4,7 +4,6 @@ from basicsr.utils.registry import MODEL_REGISTRY
 from mcnet_basicsr.deq import SolverConfig, solve
 from mcnet_basicsr.utils.color import luma
 from mcnet_basicsr.utils.precision import tf32
-
 from .mcnet_model import MCNetModel
 
 
@@ -20,7 +19,7 @@ class MCNetStartModel(MCNetModel):
     start's error, yet targets at 1e-6 gave a start no better after the same number of steps at a multiple of the
     step time, so the time is better spent on steps (``docs/benchmarks.md``). The ground truth is not used: the start
     learns where the layer goes, so the layer's output does not change, only the iterations it takes (validation
-    reports them at ``network_g.solver.forward``, with the PSNR). The log carries ``gap``,
+    reports them at ``network_g.settings.solver.forward``, with the PSNR). The log carries ``gap``,
     ``||P_S(g(x0)) - x*|| / ||x0 - x*||``: the part of the standard start's error the guess leaves (1 for the identity
     the start begins as).
 
@@ -71,7 +70,7 @@ class MCNetStartModel(MCNetModel):
         batch = self.lq.shape[0]
         new = self.bank.new_samples(batch)
         self.optimizer_g.zero_grad()
-        with tf32(net.allow_tf32):
+        with tf32(net.layer_settings.allow_tf32):
             with torch.no_grad():
                 w, _ = net.backbone_estimate(self.lq[:new])
                 b = luma(self.lq[:new].double()).to(w.dtype)

@@ -19,8 +19,8 @@ class ProtocolSRModel(SRModel):
     before the output is quantised), and where the set has ground truth PSNR/SSIM with the output's Y rounded to
     uint8 (crop = scale; BasicSR's own metrics see the RGB-rounded output and read a little higher), the RGB-
     uint8 and float-Y PSNR; also the seconds the network took and, for networks that report solver statistics
-    (``last_stats``), the iterations, whether the solve converged and its last residual. ``A`` is the network's
-    ``operator`` where it has one, else MATLAB bicubic at ``scale``.
+    (``forward(..., info=...)``), the iterations, whether the solve converged and its last residual. ``A`` is the
+    network's ``operator`` where it has one, else MATLAB bicubic at ``scale``.
 
     Validation logs ``psnr_y_uint8`` / ``ssim_y_uint8`` and ``fidelity_float`` (mean and max) per set and keeps the
     per-image dicts in ``image_results[set name]`` (dataloader order): the records of ``scripts/evaluate.py`` and
@@ -31,9 +31,9 @@ class ProtocolSRModel(SRModel):
     the consistent baselines: ``net(lq, operator=..., noise_sigma=...)``), and ``A`` is then that batch's operator.
 
     The network runs in float32 on a GPU: TF32 off for cuDNN convolutions and CUDA matmuls (PyTorch's default turns
-    it on for convolutions) unless the network sets ``allow_tf32``, so that a backbone's row of a table and the same
-    backbone inside an MCNet layer (which scopes TF32 to its own ``allow_tf32``, off by default) compute the same
-    estimate.
+    it on for convolutions) unless the network's settings set ``allow_tf32``, so that a backbone's row of a table and
+    the same backbone inside an MCNet layer (which scopes TF32 to its own ``allow_tf32``, off by default) compute the
+    same estimate.
     """
 
     def feed_data(self, data):
@@ -58,12 +58,16 @@ class ProtocolSRModel(SRModel):
             out['noise_sigma'] = sigma.to(self.device, torch.float64)
         return out
 
-    def network_output(self, net, lq):
-        """``net(lq)``, told the batch's measurement where the network takes one."""
+    def network_output(self, net, lq, info=None):
+        """``net(lq)``, told the batch's measurement where the network takes one; ``info``: a dict that networks
+        reporting what their solve did (MCNetArch and the consistent baselines) fill (``forward``'s ``info``)."""
+        kwargs = {}
         measurement = getattr(self, 'measurement', {})
         if measurement and hasattr(net, 'measurement_operator'):
-            return net(lq, **measurement)
-        return net(lq)
+            kwargs.update(measurement)
+        if info is not None and hasattr(self.get_bare_model(net), 'run'):
+            kwargs['info'] = info  # empty: wrappers (DDP) pass an empty dict on as it is
+        return net(lq, **kwargs)
 
     def load_network(self, net, load_path, strict=True, param_key='params'):
         # path.pretrain_network_g: mcnet_basicsr/weights/<file> is the installed package's file from any folder
@@ -84,7 +88,8 @@ class ProtocolSRModel(SRModel):
         try:
             self._synchronize()
             start = time.perf_counter()
-            with tf32(getattr(self.net_g, 'allow_tf32', False)):
+            settings = getattr(self.net_g, 'layer_settings', None)
+            with tf32(settings is not None and settings.allow_tf32):
                 self._test()
             self._synchronize()
             seconds = time.perf_counter() - start
@@ -99,8 +104,9 @@ class ProtocolSRModel(SRModel):
         net = getattr(self, 'net_g_ema', self.net_g)
         was_training = net.training
         net.eval()
+        self.solve_info = {}
         with torch.no_grad():
-            self.output = self.network_output(net, self.lq)
+            self.output = self.network_output(net, self.lq, self.solve_info)
         net.train(was_training)
 
     def _synchronize(self):
@@ -116,7 +122,7 @@ class ProtocolSRModel(SRModel):
         # the radius of the constrained methods' consistency ball (eps per image, or eps_rms per LR pixel)
         eps, eps_rms = getattr(net, 'eps', None), getattr(net, 'eps_rms', None)
         out['eps'] = float(eps_rms) * self.lq[0, 0].numel() ** 0.5 if eps_rms else float(eps or 0.0)
-        stats = getattr(net, 'last_stats', None)
+        stats = getattr(self, 'solve_info', None)
         if stats:
             fwd = stats['forward']
             out['iterations'] = float(fwd.iterations.float().mean())

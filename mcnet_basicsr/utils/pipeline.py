@@ -27,8 +27,7 @@ def load_resume_state(opt):
     read (a job killed while rank 0 was writing it) is skipped for the one before it, whose network
     checkpoint is complete (BasicSR writes ``net_g_<iter>.pth`` before ``<iter>.state``).
     """
-    from basicsr.utils import scandir
-    from basicsr.utils import check_resume
+    from basicsr.utils import check_resume, scandir
 
     device = torch.device('cuda', torch.cuda.current_device()) if torch.cuda.is_available() else torch.device('cpu')
 

@@ -1,74 +1,44 @@
-"""Watching an implicit layer's solve: a hook on every evaluation of its fixed-point map, and the progress bar built
-on it for long CPU runs that would otherwise print nothing for minutes."""
+"""A progress bar for an implicit layer's solve (an observer of its iterations), for long CPU runs that would otherwise
+print nothing for minutes."""
 import math
 import sys
 from contextlib import contextmanager
 
 from tqdm import tqdm
 
-from mcnet_basicsr.deq import fixed_point_residual
-
 
 @contextmanager
-def solver_progress(model, max_iter, desc, enabled=True, tol=None):
-    """A progress bar (stderr) that ticks once per evaluation of ``model``'s fixed-point map, i.e. once per solver
-    iteration, while the block runs; ``model.fixed_point_map`` is restored afterwards.
+def solver_progress(max_iter, desc, enabled=True, tol=None):
+    """A progress bar (stderr) while the block runs; yields the observer that ticks it once per solver iteration, to
+    give a solve as its observer (``with net.settings(observer=observer):``; :data:`mcnet_basicsr.deq.Observer`).
 
-    With ``tol``, the bar's length (hence tqdm's estimate of the time left) is the iteration at which the relative
-    residual ``||f(z) - z|| / ||f(z)||`` reaches ``tol`` if it keeps falling at its rate over the last two
+    With ``tol``, the bar's length (hence tqdm's estimate of the time left) is the iteration at which the residual
+    (the solver's, largest over the batch) reaches ``tol`` if it keeps falling at its rate over the last two
     iterations (at most ``max_iter``), instead of ``max_iter``.
 
     Args:
-        model (MCNetArch): Anything whose ``fixed_point_map(...)`` returns the map the solver iterates.
         max_iter (int): The bar's length (the solver's iteration limit).
         desc (str): The bar's label.
-        enabled (bool): False: the block runs untouched. Default: True.
-        tol (float | None): The solver's relative tolerance. Default: None (the bar's length stays ``max_iter``).
+        enabled (bool): False: no bar, the observer is None. Default: True.
+        tol (float | None): The solver's tolerance. Default: None (the bar's length stays ``max_iter``).
     """
     if not enabled:
-        yield
+        yield None
         return
     bar = tqdm(total=max_iter, desc=desc, unit='it', leave=False, disable=None, file=sys.stderr)
     residuals = []
 
-    def tick(z, fz):
+    def tick(iteration, iterate, residual):
         bar.update(1)
         if tol is not None:
-            residuals.append(float(fixed_point_residual(fz.reshape(1, -1), z.reshape(1, -1), 'rel')))
+            residuals.append(float(residual.max()))
             bar.total = min(max_iter, bar.n + _iterations_left(residuals, tol))
             bar.refresh()
 
     try:
-        with observed_fixed_point_map(model, tick):
-            yield
+        yield tick
     finally:
         bar.close()
-
-
-@contextmanager
-def observed_fixed_point_map(model, observe):
-    """While the block runs, ``observe(z, fz)`` is called after every evaluation ``fz = F(z)`` of each fixed-point map
-    that ``model.fixed_point_map(...)`` builds; ``model.fixed_point_map`` is restored afterwards. The observed map is
-    never captured into a CUDA graph: a replay would skip ``observe``.
-    """
-    inner = model.fixed_point_map
-
-    def observed_map(*args, **kwargs):
-        f = inner(*args, **kwargs)
-
-        def observed(z):
-            fz = f(z)
-            observe(z, fz)
-            return fz
-
-        observed.capturable = False
-        return observed
-
-    model.fixed_point_map = observed_map
-    try:
-        yield
-    finally:
-        del model.fixed_point_map
 
 
 def _iterations_left(residuals, tol):

@@ -349,9 +349,10 @@ def option_inputs(opt):
             if isinstance(ds, dict) and ds.get(key):
                 found.append((f'datasets.{ds_key}.{key}', str(ds[key])))
     net = opt.get('network_g') or {}
-    for key in ('backbone_path', 'denoiser_path', 'start_path'):
-        if net.get(key):
-            found.append((f'network_g.{key}', str(net[key])))
+    for key in ('backbone', 'denoiser', 'start'):  # the groups that name a checkpoint as their path
+        group = net.get(key)
+        if isinstance(group, dict) and group.get('path') and (key != 'backbone' or 'net' in group):
+            found.append((f'network_g.{key}.path', str(group['path'])))
     path_opt = opt.get('path') or {}
     if path_opt.get('pretrain_network_g'):
         found.append(('path.pretrain_network_g', str(path_opt['pretrain_network_g'])))
@@ -425,6 +426,7 @@ def check_option_file_inputs(argv):
     data loader. An option file that cannot be read is left to BasicSR's own error.
     """
     import argparse
+
     import yaml
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument('-opt')

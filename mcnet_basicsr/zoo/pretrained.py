@@ -106,7 +106,7 @@ def check_available(backbone, scale, backbone_path=None):
 
 
 def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, eps_rms=None, solver=None,
-                           backbone='srcnn', start=True):
+                           backbone='srcnn', start=True, channels='y'):
     """MCNet (shipped layer) on a shipped backbone at ``scale``.
 
     Args:
@@ -120,20 +120,20 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         start (bool): Begin each solve at the shipped learned start where one ships for this model (its card's
             ``start``; not with another ``backbone_path``, to whose outputs it was not fitted). The fixed point is the
             same.
+        channels (str): 'y' (the layers as trained) or 'rgb' (each of R, G, B consistent; MCNetArch's option).
     """
     check_available(backbone, scale, backbone_path)
     card = model_card(backbone, scale)
     start_file = card['start'] if start and backbone_path is None else None
 
     net = MCNetArch(
-        backbone=backbone,
-        backbone_path=backbone_path or weight_path(card['backbone']),
+        backbone={'net': backbone, 'path': backbone_path or weight_path(card['backbone'])},
         operator={'type': 'bicubic', 'scale': scale},
+        channels=channels,
         eps=eps,
         eps_rms=eps_rms,
-        solver={'forward': dict({'preset': 'fast'}, **(solver or {}))},
-        start=START_OPTIONS if start_file else None,
-        start_path=weight_path(start_file) if start_file else None)
+        start=dict(START_OPTIONS, path=weight_path(start_file)) if start_file else None,
+        settings={'solver': {'forward': dict({'preset': 'fast'}, **(solver or {}))}})
     load_network(net, weight_path(card['layer']))  # a layer file: the start keeps its weights
     return net.eval().to(device)
 
