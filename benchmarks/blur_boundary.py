@@ -23,6 +23,8 @@ import sys
 
 import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
 
+# isort: split
+
 import numpy as np
 import torch
 import torch.nn.functional as F

@@ -14,13 +14,14 @@ import sys
 
 import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
 
-import torch
+# isort: split
 
-from timing import device_name, median_ms
+import torch
 
 from mcnet_basicsr.archs.dncnn_arch import DnCNN
 from mcnet_basicsr.ops import DEGRADATIONS, QUANTIZATION_EPS_RMS, build_operator, eps_from_rms
 from mcnet_basicsr.ops.kernels import load_kernel
+from timing import device_name, median_ms
 
 
 def operators(scale, kernel_path):
