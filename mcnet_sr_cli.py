@@ -106,6 +106,10 @@ def build_parser():
                    help='instead of --degradation: the input was made by circular blur with this kernel (.npy, '
                    'grayscale .png normalised to sum 1, or .mat), then keeping the upper-left pixel of each s x s '
                    'block (USRNet\'s protocol)')
+    p.add_argument('--boundary', default='circular', choices=('circular', 'reflect'),
+                   help="with --kernel: how the blur met the image's borders: circular (wrapped around, USRNet's "
+                   "protocol; the default) or reflect (a photo: the scene mirrored, scipy.ndimage's 'reflect'); "
+                   'reflect solves on the input padded by reflection and reports ||Ax-b|| against that model')
     p.add_argument('--kernel-index', type=int, default=None, metavar='I',
                    help='which kernel of a .mat cell array of kernels, 0-based')
     p.add_argument('--noise', type=float, default=0.0, metavar='SIGMA',
@@ -167,6 +171,8 @@ def parse_args(argv):
     if args.degradation is not None and args.kernel is not None:
         raise UsageError(f'--degradation {args.degradation} and --kernel {args.kernel} both say how the input was '
                          'made: give one of them')
+    if args.boundary != 'circular' and args.kernel is None:
+        raise UsageError(f'--boundary {args.boundary} says how a --kernel blur met the borders; give --kernel')
     if args.kernel_index is not None and args.kernel is None:
         raise UsageError('--kernel-index picks a kernel of a --kernel .mat file; give --kernel')
     if args.kernel_index is not None and args.kernel_index < 0:

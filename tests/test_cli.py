@@ -196,6 +196,7 @@ def test_measurement_options_and_their_defaults(tmp_path):
     cases = [
         (['--degradation', 'cv2-area', '--kernel', str(kernel)], 'give one of them'),
         (['--kernel-index', '1'], '--kernel-index picks a kernel of a --kernel .mat file'),
+        (['--boundary', 'reflect'], '--boundary reflect says how a --kernel blur met the borders; give --kernel'),
         (['--kernel', str(kernel), '--kernel-index', '-1'], '--kernel-index is 0-based and must be >= 0, got -1'),
         (['--kernel', str(tmp_path / 'nope.npy')], 'nope.npy: --kernel file not found'),
         (['--noise', '-1'], '--noise must be a finite number >= 0'),

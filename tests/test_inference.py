@@ -613,6 +613,51 @@ def test_kernel_rgb_is_consistent_with_scipy_blur_in_every_channel(tmp_path):
     assert (res[8] - res[None]).abs().max() <= 1e-3
 
 
+def test_reflect_boundary_solves_on_the_padded_input_and_reports_the_true_model(tmp_path):
+    """--boundary reflect (an LR blurred with mirrored borders, scipy.ndimage.convolve mode='reflect'): the output is
+    the image part of the layer's output on the LR padded by reflection, the summary's ||Ax-b|| is against the
+    reflect-boundary model, and that model is matched far better than by the circular model on the bare LR."""
+    from scipy.ndimage import convolve
+
+    from mcnet_basicsr.cli.inference import reflect_padding
+    from mcnet_basicsr.ops import BlurDownsample, ReflectBlurDownsample, reflect_pad
+    hr = photo('astronaut', 40, 48)[:, :, ::-1] / 255.0  # RGB
+    y, x = np.mgrid[-4:5, -4:5]
+    k = np.exp(-x**2 / (2 * 1.1**2) - y**2 / (2 * 1.6**2)) * np.linspace(1, 2, 9)
+    k /= k.sum()
+    np.save(tmp_path / 'k.npy', k)
+    lr16 = np.rint(np.stack([convolve(hr[:, :, c], k, mode='reflect')[::2, ::2] for c in range(3)], axis=2) * 65535)
+    img = write(tmp_path / 'in' / 'a.png', lr16.astype(np.uint16)[:, :, ::-1])
+    rows = {}
+    for boundary in ('circular', 'reflect'):
+        out = tmp_path / boundary
+        assert cli(img, '-o', out, '--scale', 2, '--kernel', tmp_path / 'k.npy', '--boundary', boundary, *FAST) == 0
+        rows[boundary] = read_summary(out)[str(img)]
+        assert (int(rows[boundary]['out_h']), int(rows[boundary]['out_w'])) == (40, 48)
+    saved = {b: cv2.imread(str(tmp_path / b / 'a_x2.png'), cv2.IMREAD_UNCHANGED)[:, :, ::-1] / 65535.0
+             for b in rows}
+    true_op = ReflectBlurDownsample(2, k)
+    lr = torch.from_numpy(lr16 / 65535.0).permute(2, 0, 1)[None].contiguous()
+    # the summary's fidelity is the reflect model's (R, G, B: the largest); the circular model on the bare LR misses it
+    with torch.no_grad():
+        true_res = {b: float(true_op.residual_norm(torch.from_numpy(v.copy()).permute(2, 0, 1)[:, None],
+                                                   lr[0][:, None]).max()) for b, v in saved.items()}
+    assert float(rows['reflect']['fidelity_saved']) == pytest.approx(true_res['reflect'], rel=1e-3, abs=1e-6)
+    assert true_res['reflect'] < 0.5 * true_res['circular'], true_res
+    # the output is the crop of the layer's output on the padded LR
+    import mcnet_sr_cli
+    from mcnet_basicsr.cli.inference import command_settings, prepare_model
+    args = mcnet_sr_cli.parse_args([str(img), '-o', 'out', '--scale', '2', '--device', 'cpu', '--kernel',
+                                    str(tmp_path / 'k.npy'), '--boundary', 'reflect', *FAST])
+    model = prepare_model(args, torch.device('cpu'), models={})
+    pad = reflect_padding(BlurDownsample(2, k))
+    assert pad == 2 + 2  # radius 4 HR pixels = 2 LR pixels, plus two
+    with torch.no_grad(), model.settings(command_settings(args)):
+        full = super_resolve(model, reflect_pad(lr, pad, pad, pad, pad), operator=BlurDownsample(2, k))['sr']
+    crop = hwc(full[..., 2 * pad:-2 * pad, 2 * pad:-2 * pad].clamp(0, 1))
+    assert np.abs(crop - saved['reflect']).max() <= 0.5 / 65535 + 1e-7
+
+
 def test_noise_widens_the_ball_to_its_radius(tmp_path, capsys):
     """--noise SIGMA (0..255): the radius becomes SIGMA/255 * 0.574 * sqrt(#LR pixels) on Y (the noise of Y for
     noise SIGMA on each of R, G, B); the backbone's estimate lies outside that ball, so the result is on its

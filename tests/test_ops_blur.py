@@ -447,3 +447,25 @@ def test_spectra_cached_per_size_dtype_device():
     op.clear_cache()
     op(x)
     assert len(calls) == 4 and math.isclose(op.floor, DEFAULT_FLOOR)
+
+
+@pytest.mark.parametrize('shape', [(5, 5), (4, 6), (3, 8), (25, 25)])
+@pytest.mark.parametrize('scale, offset', [(2, 0), (3, 1), (4, 3)])
+def test_reflect_blur_downsample_is_scipy_reflect_convolve_then_decimation(shape, scale, offset):
+    """The measurement model of a blur that mirrored the borders: scipy.ndimage.convolve(mode='reflect') (odd and even
+    kernels), then pixel (offset, offset) of each block, per channel; reflect_pad is numpy's 'symmetric' pad."""
+    from scipy import ndimage
+
+    from mcnet_basicsr.ops import ReflectBlurDownsample, reflect_pad
+    rng = np.random.default_rng(sum(shape) + scale)
+    k = rng.random(shape)
+    k /= k.sum()
+    x = rng.random((2, 3, 24, 36))
+    y = ReflectBlurDownsample(scale, k, offset)(torch.from_numpy(x)).numpy()
+    ref = np.stack([[ndimage.convolve(x[n, c], k, mode='reflect')[offset::scale, offset::scale] for c in range(3)]
+                    for n in range(2)])
+    np.testing.assert_allclose(y, ref, rtol=0, atol=1e-13)
+    padded = reflect_pad(torch.from_numpy(x), 3, 1, 0, 5).numpy()
+    np.testing.assert_array_equal(padded, np.pad(x, ((0, 0), (0, 0), (3, 1), (0, 5)), mode='symmetric'))
+    with pytest.raises(ValueError, match='exceed the 24x36 image'):
+        reflect_pad(torch.from_numpy(x), 25, 0, 0, 0)

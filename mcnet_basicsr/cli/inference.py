@@ -4,7 +4,7 @@ Usage::
 
     mcnet-sr INPUT... -o OUTDIR --scale {2,3,4} [--backbone {srcnn,rcan_compact,rdn_compact,imdn,pan}]
              [--backbone-weights PATH] [--weights PATH]
-             [--degradation NAME | --kernel FILE [--kernel-index I]] [--noise SIGMA] [--channels {y,rgb}]
+             [--degradation NAME | --kernel FILE [--kernel-index I] [--boundary B]] [--noise SIGMA] [--channels {y,rgb}]
              [--eps-rms X] [--iters N] [--tol T] [--extrapolation T] [--device auto|cpu|cuda] [--no-cuda-graph]
              [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force | --skip-existing]
     python -m mcnet_basicsr.cli.inference ...
@@ -54,6 +54,7 @@ image is processed. Nothing is overwritten without ``--force``, and every file i
 OUTDIR first.
 """
 import glob
+import math
 import os
 import os.path as osp
 import re
@@ -70,7 +71,8 @@ import mcnet_sr_cli
 from mcnet_sr_cli import UsageError, print_error
 from ..archs.layer_settings import LayerSettings
 from ..deq import release_cuda_graph_memory
-from ..ops import BlurDownsample, build_degradation, fold_channels, imresize, load_kernel, repeat_samples
+from ..ops import (BlurDownsample, ReflectBlurDownsample, build_degradation, fold_channels, imresize, load_kernel,
+                   reflect_pad, repeat_samples)
 from ..utils.checkpoint import (CheckpointError, read_checkpoint, saved_record, select_state_dict, split_record,
                                 state_dict_mismatch)
 from ..utils.color import luma, ycbcr_to_rgb
@@ -346,6 +348,22 @@ def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
             'tiles': n_tiles}
 
 
+def reflect_padding(operator):
+    """LR pixels of padding on each side for a blur that mirrored the borders: the kernel's radius in LR pixels, plus
+    two."""
+    return math.ceil(max(operator.kernel.shape[-2:]) // 2 / operator.scale) + 2
+
+
+def crop_result(result, pad, scale):
+    """:func:`super_resolve`'s result on an input padded by ``pad`` LR pixels, cut back to the input's part."""
+    out = dict(result)
+    for key in ('sr', 'y', 'w', 'cbcr'):
+        if out.get(key) is not None:
+            out[key] = out[key][..., pad * scale:-pad * scale, pad * scale:-pad * scale]
+    out['b'] = out['b'][..., pad:-pad, pad:-pad]
+    return out
+
+
 def fidelity(operator, img, lr, channels='y'):
     """||A x - b||_2 in float64, images in [0, 1]: of Y(img) against Y(lr), or with ``channels`` 'rgb' (colour) the
     largest of R, G and B's."""
@@ -414,10 +432,17 @@ def process_image(row, args, model, device, out_names, n_inputs, operator=None):
     gt_arr = read_gt(gt_path, h * args.scale, w * args.scale, args.scale, colour.shape[1]) if gt_path else None
 
     colour = colour.to(device)
+    pad = reflect_padding(operator) if getattr(args, 'boundary', 'circular') == 'reflect' else 0
+    if pad > min(h, w):
+        raise ImageError(f'--boundary reflect pads by {pad} pixels, more than this {w}x{h} input has')
     # on CUDA the solve is short, and iterations replayed from a CUDA graph would not tick a Python counter
     with solver_progress(args.iters, f'{osp.basename(path)} solve', enabled=device.type == 'cpu',
                          tol=args.tol) as observer, model.settings(command_settings(args), observer=observer):
-        result = super_resolve(model, colour, args.tile, operator, args.noise / 255 if args.noise else None)
+        result = super_resolve(model, reflect_pad(colour, pad, pad, pad, pad) if pad else colour, args.tile,
+                               operator, args.noise / 255 if args.noise else None)
+    if pad:  # the solve ran on the input padded by reflection: keep the image's part, and measure it truly
+        result = crop_result(result, pad, args.scale)
+        operator = ReflectBlurDownsample(args.scale, operator.kernel, operator.offset)
     sr = result['sr']
     if not bool(torch.isfinite(sr).all()):
         raise ImageError('the result contains NaN/inf values (check the weights)')

@@ -29,7 +29,7 @@ A batch whose samples were measured by different operators takes a :class:`Stack
 every channel consistent solves one problem per channel (:func:`fold_channels`, :func:`repeat_samples`).
 """
 from .base import DownsampleOperator
-from .blur import BlurDownsample
+from .blur import BlurDownsample, ReflectBlurDownsample, reflect_pad
 from .consistency import QUANTIZATION_EPS_RMS, eps_from_rms, noisy_radius
 from .imresize import imresize
 from .kernels import load_kernel
@@ -44,7 +44,8 @@ from .stacked import StackedOperator, fold_channels, repeat_samples, unfold_chan
 __all__ = [
     'build_operator', 'OPERATOR_REGISTRY', 'OperatorRegistry', 'UnknownOperatorError', 'imresize', 'eps_from_rms',
     'QUANTIZATION_EPS_RMS', 'DownsampleOperator', 'SeparableDownsample', 'MatlabBicubicDownsample', 'BoxDownsample',
-    'GaussianDownsample', 'BlurDownsample', 'load_kernel', 'solve_secular_equation', 'projection_coefficients',
+    'GaussianDownsample', 'BlurDownsample', 'ReflectBlurDownsample', 'reflect_pad', 'load_kernel',
+    'solve_secular_equation', 'projection_coefficients',
     'noisy_radius', 'StackedOperator', 'repeat_samples', 'fold_channels', 'unfold_channels', 'PilResizeDownsample',
     'OpenCVResizeDownsample', 'TorchInterpolateDownsample', 'DEGRADATIONS', 'build_degradation'
 ]

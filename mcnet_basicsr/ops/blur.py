@@ -47,7 +47,7 @@ from .kernels import check_kernel, load_kernel
 from .registry import OPERATOR_REGISTRY
 from .secular import projection_coefficients
 
-__all__ = ['BlurDownsample', 'DEFAULT_FLOOR']
+__all__ = ['BlurDownsample', 'DEFAULT_FLOOR', 'ReflectBlurDownsample', 'reflect_pad']
 
 #: relative floor on the aliased power spectrum ``d`` below which components count as outside the range of A
 DEFAULT_FLOOR = 1e-12
@@ -349,3 +349,55 @@ class BlurDownsample(DownsampleOperator):
             kernel = f'<{kernel}>'
         return (f'{type(self).__name__}(scale={self.scale}, kernel={kernel}, offset={self.offset}, '
                 f'floor={self.floor:g})')
+
+
+def reflect_pad(x, top, bottom, left, right):
+    """``x`` (..., H, W) extended by mirroring with the edge pixel repeated (``scipy.ndimage`` 'reflect', OpenCV's
+    BORDER_REFLECT, numpy's 'symmetric'), each pad at most the size of its axis."""
+    h, w = x.shape[-2:]
+    if max(top, bottom) > h or max(left, right) > w:
+        raise ValueError(f'reflect_pad: pads ({top}, {bottom}, {left}, {right}) exceed the {h}x{w} image')
+    rows = torch.from_numpy(np.pad(np.arange(h), (top, bottom), mode='symmetric')).to(x.device)
+    cols = torch.from_numpy(np.pad(np.arange(w), (left, right), mode='symmetric')).to(x.device)
+    return x.index_select(-2, rows).index_select(-1, cols)
+
+
+class ReflectBlurDownsample:
+    """``y = D_s(k * x)`` with the scene mirrored at the borders instead of wrapped around: blur as
+    ``scipy.ndimage.convolve(x, kernel, mode='reflect')``, then pixel ``(offset, offset)`` of each ``s x s`` block (as
+    :class:`BlurDownsample`). A measurement model only (forward and residual, no projection): what a photo's blur
+    is closer to than the circular one, used to report consistency against it.
+
+    Args:
+        scale (int): Decimation factor.
+        kernel (ndarray | Tensor): one 2-D kernel (any size), or a file :func:`load_kernel` reads.
+        offset (int): which pixel of each block is kept. Default: 0.
+    """
+
+    def __init__(self, scale, kernel, offset=0):
+        self.circular = BlurDownsample(scale, kernel, offset)  # validates scale, kernel and offset
+        if self.circular.kernel.ndim != 2:
+            raise ValueError('ReflectBlurDownsample takes one 2-D kernel')
+        self.scale, self.offset = self.circular.scale, self.circular.offset
+        self.kernel = self.circular.kernel
+
+    def forward(self, x):
+        kh, kw = self.kernel.shape
+        # scipy's convolve: out[i] = sum_j x[i + kh // 2 - j] k[j] (odd and even sizes), i.e. a valid correlation
+        # with the flipped kernel of x padded by kh - 1 - kh // 2 before and kh // 2 after
+        xp = reflect_pad(x, kh - 1 - kh // 2, kh // 2, kw - 1 - kw // 2, kw // 2)
+        weight = torch.from_numpy(np.ascontiguousarray(self.kernel[::-1, ::-1])).to(x)[None, None]
+        n, c = x.shape[:2]
+        y = torch.nn.functional.conv2d(xp.reshape(n * c, 1, *xp.shape[-2:]), weight).reshape(n, c, *x.shape[-2:])
+        s, o = self.scale, self.offset
+        return y[..., o::s, o::s]
+
+    __call__ = forward
+
+    def residual_norm(self, x, b):
+        """Per-sample ``||A x - b||_2``: shape (N,)."""
+        return (self.forward(x) - b).flatten(1).norm(dim=1)
+
+    def __repr__(self):
+        return f'{type(self).__name__}(scale={self.scale}, kernel={self.kernel.shape[0]}x{self.kernel.shape[1]}, ' \
+               f'offset={self.offset})'
