@@ -77,32 +77,41 @@ def protocol_lrs(groups, kernel, scale, sigma255, workers=None):
         return {name: lr for (name, _), lr in zip(items, lrs)}
 
 
-def run_cell(net, consistent, groups, lrs, kernel, scale, sigma255, device, batch):
-    """Per-image PSNR (and, for consistent rows, iterations and the largest ||A x_c - b_c||) of one cell."""
+def protocol_forward(net, consistent, lr, op, sigma, device):
+    """One batch of the protocol's LR (N, H, W, 3 float) through a row's network: ``(sr, residuals, info)``, ``sr``
+    the uint8 output (N, sH, sW, 3). A consistent row is told the measurement (``b = lr + 0.5 / 255``, the blur
+    ``op``, noise ``sigma``), and ``residuals`` is its per-image, per-channel ``||A x_c - b_c||`` (N, 3), ``info``
+    what its solve did (empty where the network keeps no statistics); a backbone alone gets the LR as it is (None,
+    {})."""
     import torch
 
-    from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_measurement
+    from mcnet_basicsr.data.degradations import usrnet_measurement
+    residuals, info = None, {}
+    with torch.no_grad():
+        if consistent:
+            x = torch.from_numpy(usrnet_measurement(lr, sigma)[0]).permute(0, 3, 1, 2).to(device)
+            y = net(x, operator=op, noise_sigma=sigma or None, info=info)
+            residuals = (op(y.double()) - x.double()).flatten(2).norm(dim=2)
+        else:
+            y = net(torch.from_numpy(lr).permute(0, 3, 1, 2).to(device))
+    return (y.clamp(0, 1) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy(), residuals, info
+
+
+def run_cell(net, consistent, groups, lrs, kernel, scale, sigma255, device, batch):
+    """Per-image PSNR (and, for consistent rows, iterations and the largest ||A x_c - b_c||) of one cell."""
+    from mcnet_basicsr.data.degradations import psnr_rgb_uint8
     from mcnet_basicsr.ops import build_operator
     op = build_operator({'type': 'blur', 'scale': scale, 'kernel': kernel})
-    sigma = sigma255 / 255.0
     out = {'psnr': {}, 'iterations': [], 'fidelity_max': 0.0}
     for items in groups.values():
         for i in range(0, len(items), batch):
             chunk = items[i:i + batch]
-            lr = np.stack([lrs[name] for name, _ in chunk])
-            with torch.no_grad():
-                if consistent:
-                    b = usrnet_measurement(lr, sigma)[0]
-                    x = torch.from_numpy(b).permute(0, 3, 1, 2).to(device)
-                    info = {}
-                    y = net(x, operator=op, noise_sigma=sigma or None, info=info)
-                    res = (op(y.double()) - x.double()).flatten(2).norm(dim=2)
-                    out['fidelity_max'] = max(out['fidelity_max'], float(res.max()))
-                    if type(net).__name__ == 'MCNetArch':
-                        out['iterations'] += info['forward'].iterations.float().view(len(chunk), -1).mean(1).tolist()
-                else:
-                    y = net(torch.from_numpy(lr).permute(0, 3, 1, 2).to(device))
-            sr = (y.clamp(0, 1) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+            sr, residuals, info = protocol_forward(net, consistent, np.stack([lrs[name] for name, _ in chunk]), op,
+                                                   sigma255 / 255.0, device)
+            if residuals is not None:
+                out['fidelity_max'] = max(out['fidelity_max'], float(residuals.max()))
+            if 'forward' in info and type(net).__name__ == 'MCNetArch':
+                out['iterations'] += info['forward'].iterations.float().view(len(chunk), -1).mean(1).tolist()
             for (name, hr), img in zip(chunk, sr):
                 out['psnr'][name] = psnr_rgb_uint8(img, hr, scale**2)
     return out
@@ -271,7 +280,7 @@ def crops_figure(rows, image, kernel_index, family, device='cpu', data='datasets
     import torch
     from PIL import Image
 
-    from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_lr, usrnet_measurement, usrnet_mod_crop
+    from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_lr, usrnet_mod_crop
     from mcnet_basicsr.ops import build_operator
     from mcnet_basicsr.ops.kernels import load_kernel
     from mcnet_basicsr.utils.figure import compose_figure
@@ -288,15 +297,10 @@ def crops_figure(rows, image, kernel_index, family, device='cpu', data='datasets
         net, consistent = build_row(row, scale, torch.device(device), tol, 200)
         if net is None:
             raise ValueError(f'row {row!r}: no options/test_{row}_x{scale}.yml or no weights it names')
-        with torch.no_grad():
-            if consistent:
-                b = torch.from_numpy(usrnet_measurement(lr[None], sigma255 / 255.0)[0]).permute(0, 3, 1, 2).to(device)
-                y = net(b, operator=op, noise_sigma=sigma255 / 255.0 or None)
-                res = float((op(y.double().cpu()) - b.double().cpu()).flatten(2).norm(dim=2).max())
-            else:
-                y = net(torch.from_numpy(lr[None]).permute(0, 3, 1, 2).to(device))
-        sr = (y.clamp(0, 1) * 255).round().byte()[0].permute(1, 2, 0).cpu().numpy()
-        title = f'{row}\n{psnr_rgb_uint8(sr, hr, scale**2):.2f} dB' + (f', ||Ax-b|| {res:.3f}' if consistent else '')
+        sr, residuals, _ = protocol_forward(net, consistent, lr[None], op, sigma255 / 255.0, device)
+        sr = sr[0]
+        title = f'{row}\n{psnr_rgb_uint8(sr, hr, scale**2):.2f} dB' + \
+            (f', ||Ax-b|| {float(residuals.max()):.3f}' if consistent else '')
         panels.append((title, bgr(sr)))
     panels.append(('ground truth', bgr(hr)))
     return compose_figure(panels, scale)
