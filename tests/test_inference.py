@@ -619,7 +619,6 @@ def test_reflect_boundary_solves_on_the_padded_input_and_reports_the_true_model(
     reflect-boundary model, and that model is matched far better than by the circular model on the bare LR."""
     from scipy.ndimage import convolve
 
-    from mcnet_basicsr.cli.inference import reflect_padding
     from mcnet_basicsr.ops import BlurDownsample, ReflectBlurDownsample, reflect_pad
     hr = photo('astronaut', 40, 48)[:, :, ::-1] / 255.0  # RGB
     y, x = np.mgrid[-4:5, -4:5]
@@ -650,7 +649,7 @@ def test_reflect_boundary_solves_on_the_padded_input_and_reports_the_true_model(
     args = mcnet_sr_cli.parse_args([str(img), '-o', 'out', '--scale', '2', '--device', 'cpu', '--kernel',
                                     str(tmp_path / 'k.npy'), '--boundary', 'reflect', *FAST])
     model = prepare_model(args, torch.device('cpu'), models={})
-    pad = reflect_padding(BlurDownsample(2, k))
+    pad = true_op.lr_padding
     assert pad == 2 + 2  # radius 4 HR pixels = 2 LR pixels, plus two
     with torch.no_grad(), model.settings(command_settings(args)):
         full = super_resolve(model, reflect_pad(lr, pad, pad, pad, pad), operator=BlurDownsample(2, k))['sr']

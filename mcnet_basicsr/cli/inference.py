@@ -54,7 +54,6 @@ image is processed. Nothing is overwritten without ``--force``, and every file i
 OUTDIR first.
 """
 import glob
-import math
 import os
 import os.path as osp
 import re
@@ -348,12 +347,6 @@ def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
             'tiles': n_tiles}
 
 
-def reflect_padding(operator):
-    """LR pixels of padding on each side for a blur that mirrored the borders: the kernel's radius in LR pixels, plus
-    two."""
-    return math.ceil(max(operator.kernel.shape[-2:]) // 2 / operator.scale) + 2
-
-
 def crop_result(result, pad, scale):
     """:func:`super_resolve`'s result on an input padded by ``pad`` LR pixels, cut back to the input's part."""
     out = dict(result)
@@ -432,7 +425,10 @@ def process_image(row, args, model, device, out_names, n_inputs, operator=None):
     gt_arr = read_gt(gt_path, h * args.scale, w * args.scale, args.scale, colour.shape[1]) if gt_path else None
 
     colour = colour.to(device)
-    pad = reflect_padding(operator) if getattr(args, 'boundary', 'circular') == 'reflect' else 0
+    # a blur that mirrored the borders: the circular model solved on the input padded by reflection
+    true_op = ReflectBlurDownsample(args.scale, operator.kernel, operator.offset) \
+        if getattr(args, 'boundary', 'circular') == 'reflect' else None
+    pad = true_op.lr_padding if true_op is not None else 0
     if pad > min(h, w):
         raise ImageError(f'--boundary reflect pads by {pad} pixels, more than this {w}x{h} input has')
     # on CUDA the solve is short, and iterations replayed from a CUDA graph would not tick a Python counter
@@ -440,9 +436,8 @@ def process_image(row, args, model, device, out_names, n_inputs, operator=None):
                          tol=args.tol) as observer, model.settings(command_settings(args), observer=observer):
         result = super_resolve(model, reflect_pad(colour, pad, pad, pad, pad) if pad else colour, args.tile,
                                operator, args.noise / 255 if args.noise else None)
-    if pad:  # the solve ran on the input padded by reflection: keep the image's part, and measure it truly
-        result = crop_result(result, pad, args.scale)
-        operator = ReflectBlurDownsample(args.scale, operator.kernel, operator.offset)
+    if pad:  # keep the image's part, and measure it against the model that made it
+        result, operator = crop_result(result, pad, args.scale), true_op
     sr = result['sr']
     if not bool(torch.isfinite(sr).all()):
         raise ImageError('the result contains NaN/inf values (check the weights)')

@@ -398,6 +398,12 @@ class ReflectBlurDownsample:
         """Per-sample ``||A x - b||_2``: shape (N,)."""
         return (self.forward(x) - b).flatten(1).norm(dim=1)
 
+    @property
+    def lr_padding(self):
+        """LR pixels a side by which an LR is padded (:func:`reflect_pad`) to be solved with the circular model: the
+        kernel's radius in LR pixels, plus two."""
+        return math.ceil(max(self.kernel.shape) // 2 / self.scale) + 2
+
     def __repr__(self):
         return f'{type(self).__name__}(scale={self.scale}, kernel={self.kernel.shape[0]}x{self.kernel.shape[1]}, ' \
                f'offset={self.offset})'
