@@ -6,8 +6,8 @@ uint8. Three ways to super-resolve it at x4 with the same kernel, on Set5:
 
 - ``imdn``: the backbone alone;
 - ``circular``: MCNet (the IMDN x4 kernel layer, R, G, B each consistent) told the circular operator on the LR as it is;
-- ``padded``: the same on the LR padded by reflection (``pad`` LR pixels a side, USRNet's approach for real images), the
-  output cropped back.
+- ``padded``: the same on the LR padded by reflection (``ReflectBlurDownsample.lr_padding`` LR pixels a side, USRNet's
+  approach for real images), the output cropped back: what ``mcnet-sr --kernel K --boundary reflect`` does.
 
 For each: PSNR (RGB uint8, border s) over the image, over the band within ``2 r`` HR pixels of the edges (r the
 kernel's radius) and inside it, and the residual against the *true* (symmetric-boundary) operator, RMS per LR value in
@@ -27,23 +27,21 @@ import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from scipy import ndimage
 
 from mcnet_basicsr.data.degradations import psnr_rgb_uint8
 from mcnet_basicsr.evaluation.kernel_table import build_row
-from mcnet_basicsr.ops import build_operator
+from mcnet_basicsr.ops import ReflectBlurDownsample, build_operator, reflect_pad
 from mcnet_basicsr.ops.kernels import load_kernel
 from mcnet_basicsr.utils.images import list_images
 
 SCALE = 4
 
 
-def reflect_lr(hr, kernel, scale):
-    """HxWx3 float64 LR of a uint8 HR: symmetric-boundary blur, the upper-left pixel of each s x s block, uint8."""
-    x = hr.astype(np.float64)
-    blurred = np.stack([ndimage.convolve(x[..., c], kernel, mode='reflect') for c in range(3)], axis=-1)
-    return np.clip(np.floor(blurred[::scale, ::scale] + 0.5), 0, 255) / 255.0
+def reflect_lr(hr, true_op):
+    """HxWx3 float64 LR of a uint8 HR under ``true_op`` (a :class:`ReflectBlurDownsample`), rounded to uint8."""
+    x = torch.from_numpy(hr.astype(np.float64)).permute(2, 0, 1)[None]
+    lr = true_op(x)[0].permute(1, 2, 0).numpy()
+    return np.clip(np.floor(lr + 0.5), 0, 255) / 255.0
 
 
 def band_mask(h, w, width):
@@ -72,33 +70,30 @@ def main(argv=None):
     rows = []
     for k in args.kernels:
         kernel = load_kernel(osp.join(args.data, 'kernels', 'kernels_12.mat'), k - 1)
+        true_op = ReflectBlurDownsample(SCALE, kernel)
+        op = build_operator({'type': 'blur', 'scale': SCALE, 'kernel': kernel})
         r = max(kernel.shape) // 2
-        pad = math.ceil(r / SCALE) + 2
+        pad = true_op.lr_padding
         lr_band = math.ceil(2 * r / SCALE)
         for path in list_images(osp.join(args.data, 'Set5', 'HR')):
             from PIL import Image
             hr = np.asarray(Image.open(path).convert('RGB'))
             hr = hr[:hr.shape[0] - hr.shape[0] % 8, :hr.shape[1] - hr.shape[1] % 8]
-            lr = reflect_lr(hr, kernel, SCALE)
+            lr = reflect_lr(hr, true_op)
             b = torch.from_numpy(lr).permute(2, 0, 1)[None]
             b_true = (b + 0.5 / 255).float()  # the uint8 rounding's centre, as the protocol tells the layers
             outs = {}
             with torch.no_grad():
                 outs['imdn'] = imdn(b.float())
-                op = build_operator({'type': 'blur', 'scale': SCALE, 'kernel': kernel})
                 outs['circular'] = mcnet(b_true, operator=op)
-                padded = F.pad(b_true, (pad, pad, pad, pad), mode='reflect')
-                op_p = build_operator({'type': 'blur', 'scale': SCALE, 'kernel': kernel})
                 s = pad * SCALE
-                outs['padded'] = mcnet(padded, operator=op_p)[..., s:-s, s:-s]
+                outs['padded'] = mcnet(reflect_pad(b_true, pad, pad, pad, pad), operator=op)[..., s:-s, s:-s]
             h, w = hr.shape[:2]
             mask = band_mask(h, w, 2 * r)
             lr_mask = band_mask(*lr.shape[:2], lr_band)
             for name, out in outs.items():
                 sr = (out.clamp(0, 1) * 255).round().byte()[0].permute(1, 2, 0).numpy()
-                x = out.double()[0].permute(1, 2, 0).numpy() * 255
-                res = np.stack([ndimage.convolve(x[..., c], kernel, mode='reflect') for c in range(3)], -1)
-                res = res[::SCALE, ::SCALE] - lr * 255 - 0.5
+                res = (true_op(out.double()) * 255)[0].permute(1, 2, 0).numpy() - lr * 255 - 0.5
                 row = dict(kernel=k, image=osp.basename(path), method=name, pad=pad if name == 'padded' else 0,
                            psnr=psnr_rgb_uint8(sr, hr, SCALE), psnr_band=psnr_masked(sr, hr, mask),
                            psnr_inside=psnr_masked(sr, hr, ~mask),
