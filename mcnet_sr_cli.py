@@ -40,18 +40,19 @@ SCALES = tuple(sorted(MODELS['default']))
 BACKBONES = tuple(MODELS['backbones'])
 
 
-def model_card(backbone, scale):
-    """The card of the shipped model (a dict), or None where none ships (the package then says why)."""
-    return MODELS['backbones'].get(backbone, {}).get('models', {}).get(scale)
+def model_card(backbone, scale, kernels=False):
+    """The card of the shipped model (a dict), or None where none ships (the package then says why); with
+    ``kernels``, of its layer trained for LR made by blur kernels (the cards' ``kernels``)."""
+    return MODELS['backbones'].get(backbone, {}).get('kernels' if kernels else 'models', {}).get(scale)
 
 
-def default_tol(backbone, scale):
-    card = model_card(backbone, scale)
+def default_tol(backbone, scale, kernels=False):
+    card = model_card(backbone, scale, kernels)
     return None if card is None else card['tol']
 
 
-def default_extrapolation(backbone, scale):
-    card = model_card(backbone, scale)
+def default_extrapolation(backbone, scale, kernels=False):
+    card = model_card(backbone, scale, kernels)
     return None if card is None else card['extrapolation']
 
 
@@ -88,7 +89,8 @@ def build_parser():
     p.add_argument('--backbone', default=None, choices=BACKBONES,
                    help='backbone and its shipped layer: our SRCNN (default), our compact RCAN / RDN, or the official '
                    'IMDN / PAN (x3, x4; give their weights with --backbone-weights); all but SRCNN keep ||Ax-b|| '
-                   'within the uint8 quantisation level, see --eps-rms')
+                   'within the uint8 quantisation level, see --eps-rms. With --kernel, IMDN runs its layer trained on '
+                   'blur kernels and noise (x2, x3, x4)')
     p.add_argument('--backbone-weights', metavar='PATH',
                    help='checkpoint of the --backbone architecture (default: the shipped one)')
     p.add_argument('--weights', metavar='PATH',
@@ -105,7 +107,7 @@ def build_parser():
     p.add_argument('--kernel', metavar='FILE',
                    help='instead of --degradation: the input was made by circular blur with this kernel (.npy, '
                    'grayscale .png normalised to sum 1, or .mat), then keeping the upper-left pixel of each s x s '
-                   'block (USRNet\'s protocol)')
+                   'block (USRNet\'s protocol); with --backbone imdn, the layer trained for such LR runs')
     p.add_argument('--boundary', default='circular', choices=('circular', 'reflect'),
                    help="with --kernel: how the blur met the image's borders: circular (wrapped around, USRNet's "
                    "protocol; the default) or reflect (a photo: the scene mirrored, scipy.ndimage's 'reflect'); "
@@ -157,13 +159,15 @@ def parse_args(argv):
         raise UsageError(f'--iters must be >= 1, got {args.iters}')
     if args.backbone is None:
         args.backbone = MODELS['default'][args.scale]
+    # with --kernel, the backbone's layer trained on blur kernels where one ships (--weights may replace its file)
+    args.kernel_layer = args.kernel is not None and model_card(args.backbone, args.scale, kernels=True) is not None
     # the model's defaults; where no model ships for the pair, the command stops with the package's reason
     if args.tol is None:
-        args.tol = default_tol(args.backbone, args.scale)
+        args.tol = default_tol(args.backbone, args.scale, args.kernel_layer)
     if args.tol is not None and not (args.tol > 0 and math.isfinite(args.tol)):
         raise UsageError(f'--tol must be a positive number, got {args.tol}')
     if args.extrapolation is None:
-        args.extrapolation = default_extrapolation(args.backbone, args.scale)
+        args.extrapolation = default_extrapolation(args.backbone, args.scale, args.kernel_layer)
     if args.extrapolation is not None and not (args.extrapolation >= 0 and math.isfinite(args.extrapolation)):
         raise UsageError(f'--extrapolation must be a finite number >= 0, got {args.extrapolation}')
     if args.eps_rms is not None and not (args.eps_rms >= 0 and math.isfinite(args.eps_rms)):

@@ -675,3 +675,38 @@ def test_noise_widens_the_ball_to_its_radius(tmp_path, capsys):
     res = super_resolve(model, lr_tensor(lr_from(hr, 2)))
     assert float(model.operator.residual_norm(res['w'].double(), res['b'])[0]) > 1.5 * radius  # outside the ball
     capsys.readouterr()
+
+
+def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path):
+    """--backbone imdn --kernel runs the layer trained on blur kernels (at x2, where no bicubic layer ships, too): its
+    beta per noise level and denoiser are the shipped file's, the solve takes --noise, and the output is consistent
+    with the kernel in R, G and B. A layer with a beta per noise level given by --weights loads as well."""
+    import mcnet_sr_cli
+    from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
+    from mcnet_basicsr.cli.inference import prepare_model
+    from mcnet_basicsr.utils.registration import build_network
+    torch.manual_seed(0)
+    backbone = tmp_path / 'imdn_x2.pth'  # an IMDN x2 of the official architecture (the weights are third-party)
+    torch.save({'params': build_network(backbone_options('imdn', 2)).state_dict()}, backbone)
+    y, x = np.mgrid[-3:4, -3:4]
+    k = np.exp(-x**2 / (2 * 0.8**2) - y**2 / (2 * 1.3**2)) * np.linspace(1, 2, 7)
+    np.save(tmp_path / 'k.npy', k / k.sum())
+    img = write(tmp_path / 'a.png', lr_from(photo('astronaut', 32, 40), 2))
+    common = ['--scale', '2', '--backbone', 'imdn', '--backbone-weights', backbone, '--kernel', tmp_path / 'k.npy']
+    shipped = torch.load(weight_path('mcnet_imdn_kernels_x2.pth'), map_location='cpu')['params']
+    for extra in ([], ['--weights', weight_path('mcnet_imdn_kernels_x2.pth')]):
+        argv = [str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common, *extra]]
+        args = mcnet_sr_cli.parse_args(argv)
+        assert args.kernel_layer and args.tol == 1e-4
+        state = prepare_model(args, torch.device('cpu'), models={}).state_dict()
+        for name, value in shipped.items():
+            if torch.is_tensor(value):
+                assert torch.equal(state[name], value), name
+    out = tmp_path / 'out'
+    assert cli(img, '-o', out, *common, '--noise', 2.55) == 0
+    row = read_summary(out)[str(img)]
+    eps = np.sqrt((1 / 255) ** 2 / 12 + (2.55 / 255) ** 2) * np.sqrt(16 * 20)  # the uint8 level and the noise
+    assert 0.5 * eps < float(row['fidelity']) <= eps * (1 + 1e-6)  # on the ball the noise widened
+    # SRCNN has no layer trained on blur kernels: --kernel keeps its bicubic layer
+    args = mcnet_sr_cli.parse_args([str(img), '-o', str(out), '--scale', '2', '--kernel', str(tmp_path / 'k.npy')])
+    assert not args.kernel_layer

@@ -13,6 +13,7 @@ from mcnet_basicsr.zoo import pretrained
 from mcnet_basicsr.zoo.pretrained import MODELS, model_card
 
 CARDS = [(b, s, c) for b, entry in MODELS['backbones'].items() for s, c in entry['models'].items()]
+KERNEL_CARDS = [(b, s) for b, entry in MODELS['backbones'].items() for s in entry.get('kernels', {})]
 KEYS = {'backbone', 'layer', 'start', 'tol', 'extrapolation', 'set5', 'set14'}
 # the tables' rows of each card's scores: (record backbone, record backbone_weights) by the card's scored_on
 RECORD_ROW = {'official': lambda b: (b, 'official'), 'shipped': lambda b: (b.replace('_compact', ''), 'ours-compact')}
@@ -22,7 +23,7 @@ def test_cards_are_complete_and_name_shipped_files():
     assert set(MODELS) == {'default', 'max_iter', 'backbones'}
     assert isinstance(MODELS['max_iter'], int) and MODELS['max_iter'] >= 1
     for b, entry in MODELS['backbones'].items():
-        assert set(entry) == {'name', 'eps_rms', 'scored_on', 'models'}, b
+        assert set(entry) - {'kernels'} == {'name', 'eps_rms', 'scored_on', 'models'}, b
         assert b in BACKBONE_PRESETS and entry['eps_rms'] in pretrained.EPS_RMS and entry['scored_on'] in RECORD_ROW
     for b, s, card in CARDS:
         assert set(card) == KEYS and s in pretrained.SCALES, (b, s)
@@ -35,6 +36,23 @@ def test_cards_are_complete_and_name_shipped_files():
         assert card['layer'] is not None
     for s, b in MODELS['default'].items():
         assert model_card(b, s) is not None and model_card(b, s)['backbone'] != 'official'  # runs without a path
+
+
+@pytest.mark.parametrize('backbone, scale', KERNEL_CARDS)
+def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, scale):
+    """Each layer trained on blur kernels ships, and its card's CBSD68 score is the noise-free row mean of its Table K
+    record (docs/degradations.md)."""
+    card = model_card(backbone, scale, kernels=True)
+    assert set(card) == {'layer', 'tol', 'extrapolation', 'cbsd68'}
+    assert isinstance(card['tol'], float) and 0 < card['tol'] < 1 and isinstance(card['extrapolation'], float)
+    assert mcnet_sr_cli.model_card(backbone, scale, kernels=True) == card
+    records = [json.loads(p.read_text()) for p in (REPO_ROOT / 'docs' / 'records').glob('kernel_table_*.json')]
+    row = f'mcnet_{backbone}_kernels|x{scale}|'
+    means = [sum(c['psnr'] for k, c in r['cells'].items() if k.startswith(row)) / 12 for r in records
+             if sum(k.startswith(row) for k in r['cells']) == 12]
+    assert card['cbsd68'] in [round(m, 2) for m in means], (backbone, scale, means)
+    # the layer file is the one the shipped test option loads
+    assert os.path.basename(pretrained.weight_path(card['layer'])) == f'mcnet_{backbone}_kernels_x{scale}.pth'
 
 
 def test_radius_names_are_the_package_constants():

@@ -150,6 +150,19 @@ def _one_line(text, limit=300):
     return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
+def read_layer_weights(path):
+    """The checkpoint and state dict of an MCNet layer file (a one-line UsageError where it is not one)."""
+    try:
+        ckpt = read_checkpoint(path)
+    except CheckpointError as err:
+        raise UsageError(f'layer {err}') from None
+    try:
+        return ckpt, select_state_dict(ckpt, ('params', 'params_ema'), source=path)
+    except CheckpointError:
+        raise UsageError(f'{path}: not an MCNet layer checkpoint (expected a BasicSR {{"params": state_dict}} file)') \
+            from None
+
+
 def load_layer_weights(model, path, scale):
     """Load an MCNet layer checkpoint strictly, with a one-line error for anything that does not fit.
 
@@ -157,15 +170,7 @@ def load_layer_weights(model, path, scale):
     that record, not the file's name, decides whether it fits the command's model. Only a layer saved without one is
     checked by the checkpoint's ``scale`` entry or its file name.
     """
-    try:
-        ckpt = read_checkpoint(path)
-    except CheckpointError as err:
-        raise UsageError(f'layer {err}') from None
-    try:
-        state = select_state_dict(ckpt, ('params', 'params_ema'), source=path)
-    except CheckpointError:
-        raise UsageError(f'{path}: not an MCNet layer checkpoint (expected a BasicSR {{"params": state_dict}} file)') \
-            from None
+    ckpt, state = read_layer_weights(path)
     trained, _ = split_record(saved_record(state))  # a layer may serve another operator (the CLI says which)
     if trained is None:
         _check_scale(path, 'the layer checkpoint', scale, ckpt)
@@ -214,18 +219,19 @@ def _start_cuda_in_background(device):
 
 
 def get_model(scale, device, backbone_path=None, weights_path=None, backbone='srcnn', cache=None, eps_rms=None,
-              channels='y'):
+              channels='y', kernels=False):
     """The shipped MCNet at ``scale`` (eval mode, on ``device``), optionally with other weights, with the
-    consistency radius ``eps_rms`` (None: exact) and ``channels`` (MCNetArch's options).
+    consistency radius ``eps_rms`` (None: exact) and ``channels`` (MCNetArch's options); with ``kernels``, the
+    backbone's layer trained on blur kernels.
 
     ``cache``: a dict the caller keeps to reuse models across calls in one process (the first solve of a model
     estimates its spectral norms, seconds); None builds a new model.
     """
-    key = (scale, str(device), backbone, _file_key(backbone_path), _file_key(weights_path), eps_rms, channels)
+    key = (scale, str(device), backbone, _file_key(backbone_path), _file_key(weights_path), eps_rms, channels, kernels)
     if cache is not None and key in cache:
         return cache[key]
     try:
-        check_available(backbone, scale, backbone_path)
+        check_available(backbone, scale, backbone_path, kernels)
     except ValueError as err:
         raise UsageError(str(err)) from None
     if backbone_path is not None:
@@ -236,9 +242,12 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
             raise UsageError(f'backbone {err}') from None
     _start_cuda_in_background(device)
     try:
-        # the shipped learned start was fitted to the shipped layer: another layer's solve begins at P_S(w)
+        # the shipped learned start was fitted to the shipped layer: another layer's solve begins at P_S(w); a
+        # layer given by file is built for (a beta per noise level or not) and loaded below, with its own checks
+        beta_noise = weights_path is not None and 'log_beta_slope' in read_layer_weights(weights_path)[1]
         model = build_pretrained_mcnet(scale, device='cpu', backbone_path=backbone_path, backbone=backbone,
-                                       start=weights_path is None, eps_rms=eps_rms, channels=channels)
+                                       start=weights_path is None, eps_rms=eps_rms, channels=channels,
+                                       kernels=kernels, layer=weights_path is None, beta_noise=beta_noise)
     except FileNotFoundError as err:
         raise UsageError(_one_line(err)) from None
     except Exception as err:
@@ -480,7 +489,7 @@ def prepare_model(args, device, models=None):
     eps_rms = args.eps_rms if args.eps_rms is not None else default_eps_rms(args.backbone)
     # channels 'rgb': the layer's own per-channel solve (MCNetArch.solve_measured)
     model = get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone, cache=models,
-                      eps_rms=eps_rms, channels=args.channels)
+                      eps_rms=eps_rms, channels=args.channels, kernels=args.kernel_layer)
     if args.tile is not None and global_ops(model.backbone):
         # a tile would see its own mean, not the image's: the tiled output would not be the network's
         raise UsageError(f'--tile is not exact for the {args.backbone} backbone: it pools over the whole image '

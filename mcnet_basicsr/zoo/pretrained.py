@@ -12,7 +12,9 @@ Set5/Set14 scores of each.
   and ``mcnet_{rcan,rdn}_compact_x{2,3,4}.pth``: the layers trained on them with eps_rms at the uint8
   quantisation level (``options/{train,test}_mcnet_{rcan,rdn}_compact_x*.yml``);
 * ``mcnet_{imdn,pan}_x{3,4}.pth``: the layers trained on the official IMDN / PAN, whose weights are third-party
-  and not shipped (``scripts/fetch_assets.py imdn pan``): pass their path as ``backbone_path``.
+  and not shipped (``scripts/fetch_assets.py imdn pan``): pass their path as ``backbone_path``;
+* ``mcnet_imdn_kernels_x{2,3,4}.pth``: layers on the official IMDN trained for LR made by blur kernels and noise,
+  R, G and B each consistent (``kernels=True``; ``docs/degradations.md``).
 
 ``weights/README.md`` records the option file, command, iterations and Set5 score of each file.
 """
@@ -23,7 +25,7 @@ import yaml
 from ..archs.backbone_presets_arch import backbone_options
 from ..archs.mcnet_arch import MCNetArch
 from ..ops import QUANTIZATION_EPS_RMS
-from ..utils.checkpoint import load_network
+from ..utils.checkpoint import load_network, load_state_dict
 from ..utils.paths import SHIPPED_WEIGHTS_DIR as WEIGHTS_DIR
 from ..utils.registration import build_network
 
@@ -38,9 +40,10 @@ EPS_RMS = {None: None, 'quantization': QUANTIZATION_EPS_RMS}
 START_OPTIONS = {'depth': 8, 'num_feat': 64}
 
 
-def model_card(backbone, scale):
-    """The card of the shipped model ``backbone`` x``scale`` (a dict, see models.yml), or None if none ships."""
-    return MODELS['backbones'].get(backbone, {}).get('models', {}).get(scale)
+def model_card(backbone, scale, kernels=False):
+    """The card of the shipped model ``backbone`` x``scale`` (a dict, see models.yml), or None if none ships; with
+    ``kernels``, of its layer trained for LR made by blur kernels and noise (the cards' ``kernels``)."""
+    return MODELS['backbones'].get(backbone, {}).get('kernels' if kernels else 'models', {}).get(scale)
 
 
 def backbone_name(backbone):
@@ -90,23 +93,31 @@ def _official_weights(backbone):
     return any(card['backbone'] == 'official' for card in MODELS['backbones'][backbone]['models'].values())
 
 
-def check_available(backbone, scale, backbone_path=None):
-    """Raise ValueError (saying why) unless a layer ships for ``backbone`` at ``scale`` and its weights are known."""
+def check_available(backbone, scale, backbone_path=None, kernels=False):
+    """Raise ValueError (saying why) unless a layer ships for ``backbone`` at ``scale`` (with ``kernels``: one
+    trained on blur kernels) and its weights are known."""
     _check_scale(scale)
     if backbone not in BACKBONES:
         raise ValueError(f'Unknown backbone {backbone!r}; shipped ones: {", ".join(BACKBONES)}.')
+    entry = MODELS['backbones'][backbone]
+    if kernels and model_card(backbone, scale, kernels=True) is None:
+        shipped = ', '.join(f'{b} x{s}' for b, e in MODELS['backbones'].items() for s in e.get('kernels', {}))
+        raise ValueError(f'No MCNet layer trained on blur kernels ships for {backbone} at x{scale}; layers exist for '
+                         f'{shipped} (docs/degradations.md).')
     card = model_card(backbone, scale)
-    if card is None:
-        shipped = ' and '.join(f'x{s}' for s in MODELS['backbones'][backbone]['models'])
+    if card is None and not kernels:
+        shipped = ' and '.join(f'x{s}' for s in entry['models'])
+        in_kernels = ', '.join(f'x{s}' for s in entry.get('kernels', {}))
         raise ValueError(f'No MCNet layer ships for {backbone} at x{scale} (none that was trained gains over it: '
-                         f'docs/strong_backbones.md); layers exist for {shipped}.')
-    if card['backbone'] == 'official' and backbone_path is None:
+                         f'docs/strong_backbones.md); layers exist for {shipped}'
+                         + (f', and for LR made by blur kernels (--kernel) for {in_kernels}.' if in_kernels else '.'))
+    if _official_weights(backbone) and backbone_path is None:
         raise ValueError(f'The official {backbone} weights are not shipped: give their path (the authors\' file '
                          f'or scripts/fetch_assets.py {backbone} output).')
 
 
 def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, eps_rms=None, solver=None,
-                           backbone='srcnn', start=True, channels='y'):
+                           backbone='srcnn', start=True, channels='y', kernels=False, layer=True, beta_noise=False):
     """MCNet (shipped layer) on a shipped backbone at ``scale``.
 
     Args:
@@ -121,20 +132,29 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
             ``start``; not with another ``backbone_path``, to whose outputs it was not fitted). The fixed point is the
             same.
         channels (str): 'y' (the layers as trained) or 'rgb' (each of R, G, B consistent; MCNetArch's option).
+        kernels (bool): the backbone's layer trained for LR made by blur kernels and noise instead (the cards'
+            ``kernels``; trained with ``channels='rgb'``): give it the operator and the noise level per call
+            (``run(lr, operator, noise_sigma)``), as its beta depends on the noise.
+        layer (bool): load the shipped layer; False builds the model for a layer the caller loads, which has a beta
+            per noise level if ``beta_noise``.
     """
-    check_available(backbone, scale, backbone_path)
-    card = model_card(backbone, scale)
-    start_file = card['start'] if start and backbone_path is None else None
-
+    check_available(backbone, scale, backbone_path, kernels)
+    card = model_card(backbone, scale, kernels)
+    start_file = card.get('start') if start and backbone_path is None else None
+    layer_path = weight_path(card['layer']) if layer else None
+    if layer_path:
+        beta_noise = 'log_beta_slope' in load_state_dict(layer_path)  # its beta per noise level, if it learned one
     net = MCNetArch(
         backbone={'net': backbone, 'path': backbone_path or weight_path(card['backbone'])},
         operator={'type': 'bicubic', 'scale': scale},
         channels=channels,
         eps=eps,
         eps_rms=eps_rms,
+        beta={'noise': beta_noise},
         start=dict(START_OPTIONS, path=weight_path(start_file)) if start_file else None,
         settings={'solver': {'forward': dict({'preset': 'fast'}, **(solver or {}))}})
-    load_network(net, weight_path(card['layer']))  # a layer file: the start keeps its weights
+    if layer_path:
+        load_network(net, layer_path)  # a layer file: the start keeps its weights
     return net.eval().to(device)
 
 
