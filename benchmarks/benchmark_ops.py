@@ -13,6 +13,13 @@ on a new size of a fresh operator):
 basicsr's ``imresize`` (a Python loop over output rows/columns, float32, one image at a time) is
 timed on the same downscale, on CPU, looping over the batch as a data pipeline would.
 
+``--denoiser`` adds one DnCNN6 forward (64 channels, what each iteration of the layer runs beside one projection) on
+the same HR input, each of its N x C channels as an image, and the projections' times as a share of it: the
+per-iteration cost of the projection. ``--kernel FILE`` makes ``--types blur`` the blur by the file's first kernel:
+
+    python benchmarks/benchmark_ops.py --devices cuda --denoiser --shapes 1x1x1024x1024 --scales 2 3 4 \
+        --types matlab-bicubic pil-bicubic cv2-area blur --kernel datasets/kernels/kernels_12.mat --no-basicsr
+
 ``--blur KERNEL_FILE [PHOTO_FOLDER]`` measures the ``blur`` operator instead (CPU, float32; ``--out``: its JSON record;
 what it holds: ``blur_benchmark.blur_record``):
 
@@ -30,7 +37,9 @@ import torch
 
 import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 needs)
 from blur_benchmark import blur_record
+from mcnet_basicsr.archs.dncnn_arch import DnCNN
 from mcnet_basicsr.ops import DEGRADATIONS, QUANTIZATION_EPS_RMS, build_operator, eps_from_rms
+from mcnet_basicsr.ops.kernels import load_kernel
 from timing import call_ms, median_ms
 
 
@@ -53,8 +62,23 @@ def bench_basicsr(shape, scale, repeats):
     return median_ms(run, torch.device('cpu'), max(1, repeats // 4), warmup=1)
 
 
-def bench(op_type, shape, scale, device, dtype, repeats, with_basicsr):
-    op = build_operator(opt := dict(DEGRADATIONS.get(op_type, {'type': op_type}), scale=scale))  # a type or a name
+def bench_dncnn6(shape, device, dtype, repeats):
+    """One forward of the layers' denoiser (DnCNN6, 64 channels, spectral norms fixed, as in a solve) on an input of
+    ``shape``, each of its N x C channels an image."""
+    dncnn = DnCNN(depth=6, num_feat=64).to(device=device, dtype=dtype).eval()
+    dncnn.update_spectral_norm()
+    dncnn.auto_update_spectral_norm = False
+    n, c, h, w = shape
+    x = torch.rand(n * c, 1, h, w, device=device, dtype=dtype)
+    with torch.no_grad():
+        return median_ms(lambda: dncnn(x), device, repeats, warmup=3)
+
+
+def bench(op_type, shape, scale, device, dtype, repeats, with_basicsr, kernel=None):
+    opt = dict(DEGRADATIONS.get(op_type, {'type': op_type}), scale=scale)  # a type or a name
+    if op_type == 'blur':
+        opt['kernel'] = kernel
+    op = build_operator(opt)
     gen = torch.Generator().manual_seed(0)
     x = torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
     b = op(torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype))
@@ -109,7 +133,13 @@ def main():
     parser.add_argument('--out', default=None, help='append the table to this markdown file (created if missing)')
     parser.add_argument('--overwrite', action='store_true', help='with --out: replace the file instead of appending')
     parser.add_argument('--blur', nargs='+', metavar='PATH', help='KERNEL_FILE [PHOTO_FOLDER]: see above')
+    parser.add_argument('--denoiser', action='store_true',
+                        help='also time one DnCNN6 forward on the same input and each projection as a share of it')
+    parser.add_argument('--kernel', metavar='FILE', help="--types blur: the file's first kernel (.mat/.npy/.png)")
     args = parser.parse_args()
+    if 'blur' in args.types and not args.kernel:
+        parser.error('--types blur needs --kernel FILE')
+    kernel = load_kernel(args.kernel, 0) if args.kernel else None
     if args.blur:
         record = blur_record(*args.blur, scales=args.scales, repeats=args.repeats, argv=sys.argv)
         if not args.out:
@@ -134,9 +164,14 @@ def main():
         '(CPU, float32, looped over the batch).',
         '',
         '| device | type | input (NxCxHxW) | scale | A x | A^T y | project eps=0 | project eps>0 '
-        '| first project eps=0 | first project eps>0 | basicsr imresize |',
-        '|---|---|---|---|---|---|---|---|---|---|---|',
+        '| first project eps=0 | first project eps>0 | basicsr imresize |' + (
+            ' DnCNN6 | eps=0 / DnCNN6 | eps>0 / DnCNN6 |' if args.denoiser else ''),
+        '|---|---|---|---|---|---|---|---|---|---|---|' + ('---|---|---|' if args.denoiser else ''),
     ]
+    if args.denoiser:
+        lines[0] += (' DnCNN6 = one forward of the layers\' denoiser (64 channels, 6 layers) on the same input, '
+                     'each of its N x C channels an image.')
+    denoiser_ms = {}
     print('\n'.join(lines), flush=True)
     for device in devices:
         for op_type in args.types:
@@ -146,11 +181,17 @@ def main():
                         print(f'skipping {shape} at scale {scale} (not divisible)', file=sys.stderr)
                         continue
                     with_basicsr = (not args.no_basicsr and device.type == 'cpu' and op_type == 'bicubic')
-                    r = bench(op_type, shape, scale, device, dtype, args.repeats, with_basicsr)
+                    r = bench(op_type, shape, scale, device, dtype, args.repeats, with_basicsr, kernel)
                     line = (f'| {device.type} | {op_type} | {"x".join(map(str, shape))} | x{scale} | '
                             f'{fmt(r["forward"])} | {fmt(r["adjoint"])} | {fmt(r["project0"])} | '
                             f'{fmt(r["project_eps"])} | {fmt(r["first_project"])} | {fmt(r["first_project_eps"])} | '
                             f'{fmt(r["basicsr"])} |')
+                    if args.denoiser:
+                        key = (device, shape)
+                        if key not in denoiser_ms:
+                            denoiser_ms[key] = bench_dncnn6(shape, device, dtype, args.repeats)
+                        t = denoiser_ms[key]
+                        line += f' {fmt(t)} | {r["project0"] / t:.1%} | {r["project_eps"] / t:.1%} |'
                     print(line, flush=True)
                     lines.append(line)
 
