@@ -94,3 +94,38 @@ def test_cast_entry_keeps_what_each_projection_needs():
     op.project(x, b, 0.0)
     entry = op._cast_axes[(24, torch.float64, torch.device('cpu'))]
     assert entry['matrix'] is matrix and entry['gram_inv'] is gram_inv and 'rotated' in entry
+
+
+def test_centrosymmetric_eigenpairs_equal_a_dense_eigendecomposition():
+    """A symmetric centrosymmetric matrix (J G J = G) is split into two half-size eigenproblems: its eigenvalues are
+    the dense ones, its eigenvectors orthonormal eigenvectors, for odd and even sizes; any other matrix gets None."""
+    from mcnet_basicsr.ops.separable import _centrosymmetric_eigenpairs
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 8, 51, 64):
+        a = rng.standard_normal((n, n))
+        a = a + a.T + (a + a.T)[::-1, ::-1]
+        vals, vecs = _centrosymmetric_eigenpairs(a)
+        assert np.allclose(vals, np.linalg.eigvalsh(a), rtol=0, atol=1e-12 * n)
+        assert np.abs(vecs.T @ vecs - np.eye(n)).max() < 1e-13 * n
+        assert np.abs(a @ vecs - vecs * vals).max() < 1e-12 * n
+    a = rng.standard_normal((6, 6))
+    assert _centrosymmetric_eigenpairs(a + a.T) is None
+
+
+@pytest.mark.parametrize('name', ['pil-bicubic', 'pil-lanczos', 'torch-bilinear'])
+def test_antialiasing_resizers_are_diagonalised_by_half_size_eigendecompositions(name, monkeypatch):
+    """The eps > 0 set-up of Pillow's and torch's antialiasing resizers (mirror-symmetric filters and borders, no
+    DCT basis) runs LAPACK's eigh only on matrices of half the axis' length, and its pairs diagonalise M M^T."""
+    from mcnet_basicsr.ops import DEGRADATIONS
+    sizes = []
+    eigh = torch.linalg.eigh
+    monkeypatch.setattr(torch.linalg, 'eigh', lambda m: sizes.append(m.shape[0]) or eigh(m))
+    for scale, length in ((2, 2 * 37), (3, 3 * 40), (4, 4 * 64)):
+        op = build_operator(dict(DEGRADATIONS[name], scale=scale))
+        entry = op._axis_spectrum(length)
+        sizes_now, sizes[:] = list(sizes), []
+        n = length // scale
+        assert sorted(sizes_now) == sorted({n // 2, (n + 1) // 2} if n % 2 else [n // 2, n // 2]), sizes_now
+        m = np.array(op.axis_matrix(length))
+        u, s = entry['eigvecs'].numpy(), entry['eigvals'].numpy()
+        assert np.abs(u.T @ (m @ m.T) @ u - np.diag(s)).max() < 1e-13 * n

@@ -94,8 +94,48 @@ def _gram_eigenpairs(gram, dense_fallback=True):
         return eigvals[order], np.take(basis, order, axis=1)  # C-contiguous, unlike basis[:, order]
     if not dense_fallback:
         return None
-    eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(gram.toarray()))
+    dense = gram.toarray()
+    pairs = _centrosymmetric_eigenpairs(dense)
+    if pairs is not None:
+        return pairs
+    eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(dense))
     return eigvals.numpy(), eigvecs.numpy()
+
+
+def _centrosymmetric_eigenpairs(dense):
+    """Eigenvalues (ascending) and orthonormal eigenvectors of a symmetric ``dense`` matrix that is centrosymmetric
+    (``J G J = G``, J reversing the order; to float64 rounding), from two half-size ``eigh``; ``None`` if it is not.
+
+    A resizer whose filter and borders are mirror-symmetric (the same at both ends of the axis: Pillow's clipped and
+    renormalised filters, torch's antialiased ones) gives such an ``M M^T``. Its eigenvectors are symmetric,
+    ``[v; (sqrt(2) m); J v] / sqrt(2)``, or antisymmetric, ``[v; (0); -J v] / sqrt(2)`` (the middle entry where the
+    length n is odd), with v (and m) the eigenvectors of the (n + 1) // 2 and n // 2 square matrices
+    ``G11 + G13 J`` (bordered by the middle column ``sqrt(2) c`` and entry g) and ``G11 - G13 J``, G11 and G13 the
+    upper-left and upper-right n // 2 blocks. The split is an orthogonal change of basis, so the pairs are as exact as
+    one ``eigh``; two of half the size cost about a quarter of it (LAPACK's is O(n^3)).
+    """
+    n = dense.shape[0]
+    if n < 2 or np.abs(dense - dense[::-1, ::-1]).max() > 64 * _DBL_EPS * np.abs(dense).sum(1).max():
+        return None
+    h = n // 2
+    g11, g13j = dense[:h, :h], dense[:h, n - h:][:, ::-1]
+    plus = g11 + g13j
+    if n % 2:
+        middle = math.sqrt(2.0) * dense[:h, h:h + 1]
+        plus = np.block([[plus, middle], [middle.T, dense[h:h + 1, h:h + 1]]])
+    plus_vals, plus_vecs = (t.numpy() for t in torch.linalg.eigh(torch.from_numpy(0.5 * (plus + plus.T))))
+    minus = g11 - g13j
+    minus_vals, minus_vecs = (t.numpy() for t in torch.linalg.eigh(torch.from_numpy(0.5 * (minus + minus.T))))
+    vecs = np.zeros((n, n))
+    half = plus_vecs[:h] / math.sqrt(2.0)
+    vecs[:h, :h + n % 2], vecs[n - h:, :h + n % 2] = half, half[::-1]
+    if n % 2:
+        vecs[h, :h + 1] = plus_vecs[h]
+    half = minus_vecs / math.sqrt(2.0)
+    vecs[:h, h + n % 2:], vecs[n - h:, h + n % 2:] = half, -half[::-1]
+    vals = np.concatenate([plus_vals, minus_vals])
+    order = np.argsort(vals, kind='stable')
+    return vals[order], np.ascontiguousarray(vecs[:, order])
 
 
 class SeparableDownsample(DownsampleOperator):
