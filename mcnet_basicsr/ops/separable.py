@@ -94,17 +94,17 @@ def _gram_eigenpairs(gram, dense_fallback=True):
         return eigvals[order], np.take(basis, order, axis=1)  # C-contiguous, unlike basis[:, order]
     if not dense_fallback:
         return None
-    dense = gram.toarray()
-    pairs = _centrosymmetric_eigenpairs(dense)
+    pairs = _centrosymmetric_eigenpairs(gram)
     if pairs is not None:
         return pairs
-    eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(dense))
+    eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(gram.toarray()))
     return eigvals.numpy(), eigvecs.numpy()
 
 
-def _centrosymmetric_eigenpairs(dense):
-    """Eigenvalues (ascending) and orthonormal eigenvectors of a symmetric ``dense`` matrix that is centrosymmetric
-    (``J G J = G``, J reversing the order; to float64 rounding), from two half-size ``eigh``; ``None`` if it is not.
+def _centrosymmetric_eigenpairs(gram):
+    """Eigenvalues (ascending) and orthonormal eigenvectors of a symmetric matrix ``gram`` (scipy sparse) that is
+    centrosymmetric (``J G J = G``, J reversing the order; to float64 rounding), from two half-size ``eigh``;
+    ``None`` if it is not.
 
     A resizer whose filter and borders are mirror-symmetric (the same at both ends of the axis: Pillow's clipped and
     renormalised filters, torch's antialiased ones) gives such an ``M M^T``. Its eigenvectors are symmetric,
@@ -114,15 +114,18 @@ def _centrosymmetric_eigenpairs(dense):
     upper-left and upper-right n // 2 blocks. The split is an orthogonal change of basis, so the pairs are as exact as
     one ``eigh``; two of half the size cost about a quarter of it (LAPACK's is O(n^3)).
     """
-    n = dense.shape[0]
-    if n < 2 or np.abs(dense - dense[::-1, ::-1]).max() > 64 * _DBL_EPS * np.abs(dense).sum(1).max():
+    n = gram.shape[0]
+    gram = gram.tocsr()
+    mirrored = gram[::-1, ::-1]
+    if n < 2 or abs(gram - mirrored).max() > 64 * _DBL_EPS * abs(gram).sum(1).max():
         return None
     h = n // 2
-    g11, g13j = dense[:h, :h], dense[:h, n - h:][:, ::-1]
+    top = gram[:h].toarray()  # the upper h rows: G11, (the middle column c,) G13
+    g11, g13j = top[:, :h], top[:, n - h:][:, ::-1]
     plus = g11 + g13j
     if n % 2:
-        middle = math.sqrt(2.0) * dense[:h, h:h + 1]
-        plus = np.block([[plus, middle], [middle.T, dense[h:h + 1, h:h + 1]]])
+        middle = math.sqrt(2.0) * top[:, h:h + 1]
+        plus = np.block([[plus, middle], [middle.T, gram[h, h]]])
     plus_vals, plus_vecs = (t.numpy() for t in torch.linalg.eigh(torch.from_numpy(0.5 * (plus + plus.T))))
     minus = g11 - g13j
     minus_vals, minus_vecs = (t.numpy() for t in torch.linalg.eigh(torch.from_numpy(0.5 * (minus + minus.T))))
@@ -135,7 +138,7 @@ def _centrosymmetric_eigenpairs(dense):
     vecs[:h, h + n % 2:], vecs[n - h:, h + n % 2:] = half, -half[::-1]
     vals = np.concatenate([plus_vals, minus_vals])
     order = np.argsort(vals, kind='stable')
-    return vals[order], np.ascontiguousarray(vecs[:, order])
+    return vals[order], np.take(vecs, order, axis=1)  # C-contiguous, unlike vecs[:, order]
 
 
 class SeparableDownsample(DownsampleOperator):
