@@ -28,8 +28,9 @@ entries for H and W, so the first call on a new size pays, per new axis length, 
 factorisation and inverse of the (H/s x H/s) matrix ``M M^T`` (eps = 0) or its eigendecomposition (eps > 0;
 ``M M^T`` and ``U^T M`` come from sparse products, M being banded), and later calls only matrix products.
 The eigendecomposition is the DCT-II basis where that diagonalises ``M M^T`` to float64 rounding (bicubic
-and box: see :func:`_gram_eigenpairs`), else a dense ``eigh``. The factorisations run on the CPU in
-float64 from the nonzeros of M (:meth:`SeparableDownsample.axis_sparse`); M itself is filled on the
+and box: see :func:`_gram_eigenpairs`), else two half-size ``eigh`` where ``M M^T`` is centrosymmetric (Pillow's and
+torch's antialiasing resizers: :func:`_centrosymmetric_eigenpairs`), else one dense ``eigh``. The factorisations
+run on the CPU in float64 from the nonzeros of M (:meth:`SeparableDownsample.axis_sparse`); M itself is filled on the
 input's device from those, and ``U^T M`` is one float64 product there on an accelerator (a sparse one on
 the CPU); so is ``(M M^T)^{-1} = U diag(1/s) U^T`` where the DCT pairs apply (the banded Cholesky on the CPU and
 for other operators). Everything is rounded to the input's dtype once, from float64, so float32 projections are
@@ -81,8 +82,8 @@ def _gram_eigenpairs(gram, dense_fallback=True):
     of a dense eigendecomposition, which took 0.3-0.5 s at n = 1024 on one CPU core. The DCT pairs are used
     when ``||M M^T C - C diag(s)||_max <= 64 eps_64 ||M M^T||_inf``, i.e. when they are eigenpairs to float64
     rounding, as exact as LAPACK's (C is orthonormal to rounding by construction); any other operator (e.g.
-    a Gaussian centred on a pixel, or with an offset, whose residual is ~1e-2) gets LAPACK's ``eigh``, or
-    ``None`` with ``dense_fallback=False``.
+    a Gaussian centred on a pixel, or with an offset, whose residual is ~1e-2) gets LAPACK's ``eigh`` (of two half-size
+    matrices where ``M M^T`` is centrosymmetric), or ``None`` with ``dense_fallback=False``.
     """
     n = gram.shape[0]
     basis = _dct2_basis(n)
