@@ -99,3 +99,8 @@ def test_readme_and_model_zoo_tables_are_the_cards():
     block = readme.split('<!-- model-zoo: mcnet_basicsr.zoo.pretrained.model_zoo_table() -->\n', 1)[1]
     assert block.split('<!-- /model-zoo -->', 1)[0] == table
     assert table in (REPO_ROOT / 'docs' / 'ModelZoo.md').read_text()
+    kernel_table = pretrained.kernel_layers_table()
+    assert len(kernel_table.splitlines()) == 2 + len(KERNEL_CARDS)
+    block = (REPO_ROOT / 'docs' / 'ModelZoo.md').read_text().split(
+        '<!-- kernel-layers: mcnet_basicsr.zoo.pretrained.kernel_layers_table() -->\n', 1)[1]
+    assert block.split('<!-- /kernel-layers -->', 1)[0] == kernel_table

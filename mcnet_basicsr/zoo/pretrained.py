@@ -169,3 +169,14 @@ def model_zoo_table():
             rows.append(f"| MCNet + {entry['name']} (`{key}`) | x{scale} | {entry['scored_on']} | "
                         f'{scores[0]} | {scores[1]} |')
     return '\n'.join(rows) + '\n'
+
+
+def kernel_layers_table():
+    """The cards of the layers trained on blur kernels (the cards' ``kernels``) as a Markdown table (str): backbone,
+    scale, file, and the mean RGB PSNR on USRNet's 12 kernels (CBSD68, noise-free; docs/degradations.md, Table K)."""
+    rows = ['| model (`mcnet-sr --backbone ... --kernel`) | scale | layer | CBSD68, 12 kernels, PSNR (RGB) |',
+            '|---|---|---|---|']
+    for key, entry in MODELS['backbones'].items():
+        for scale, card in entry.get('kernels', {}).items():
+            rows.append(f"| MCNet + {entry['name']} (`{key}`) | x{scale} | `{card['layer']}` | {card['cbsd68']:.2f} |")
+    return '\n'.join(rows) + '\n'
