@@ -677,7 +677,7 @@ def test_noise_widens_the_ball_to_its_radius(tmp_path, capsys):
     capsys.readouterr()
 
 
-def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path):
+def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsys):
     """--backbone imdn --kernel runs the layer trained on blur kernels (at x2, where no bicubic layer ships, too): its
     beta per noise level and denoiser are the shipped file's, the solve takes --noise, and the output is consistent
     with the kernel in R, G and B. A layer with a beta per noise level given by --weights loads as well."""
@@ -707,6 +707,13 @@ def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path):
     row = read_summary(out)[str(img)]
     eps = np.sqrt((1 / 255) ** 2 / 12 + (2.55 / 255) ** 2) * np.sqrt(16 * 20)  # the uint8 level and the noise
     assert 0.5 * eps < float(row['fidelity']) <= eps * (1 + 1e-6)  # on the ball the noise widened
+    # a file that is not a layer is named as the layer, not as the backbone, and nothing is written
+    (tmp_path / 'junk.pth').write_bytes(b'junk')
+    capsys.readouterr()
+    assert cli(img, '-o', tmp_path / 'none', *common, '--weights', tmp_path / 'junk.pth') == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith('error: layer checkpoint') and 'junk.pth' in err[0], err
+    assert not (tmp_path / 'none').exists()
     # SRCNN has no layer trained on blur kernels: --kernel keeps its bicubic layer
     args = mcnet_sr_cli.parse_args([str(img), '-o', str(out), '--scale', '2', '--kernel', str(tmp_path / 'k.npy')])
     assert not args.kernel_layer

@@ -240,11 +240,11 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
             read_checkpoint(backbone_path)
         except CheckpointError as err:
             raise UsageError(f'backbone {err}') from None
+    # a layer given by file: the model is built for it (a beta per noise level or not) and loads it below
+    beta_noise = weights_path is not None and 'log_beta_slope' in read_layer_weights(weights_path)[1]
     _start_cuda_in_background(device)
     try:
-        # the shipped learned start was fitted to the shipped layer: another layer's solve begins at P_S(w); a
-        # layer given by file is built for (a beta per noise level or not) and loaded below, with its own checks
-        beta_noise = weights_path is not None and 'log_beta_slope' in read_layer_weights(weights_path)[1]
+        # the shipped learned start was fitted to the shipped layer: another layer's solve begins at P_S(w)
         model = build_pretrained_mcnet(scale, device='cpu', backbone_path=backbone_path, backbone=backbone,
                                        start=weights_path is None, eps_rms=eps_rms, channels=channels,
                                        kernels=kernels, layer=weights_path is None, beta_noise=beta_noise)
