@@ -163,14 +163,14 @@ def read_layer_weights(path):
             from None
 
 
-def load_layer_weights(model, path, scale):
-    """Load an MCNet layer checkpoint strictly, with a one-line error for anything that does not fit.
+def load_layer_weights(model, path, scale, ckpt, state):
+    """Load an MCNet layer checkpoint strictly (``ckpt``, ``state``: :func:`read_layer_weights` of ``path``), with a
+    one-line error for anything that does not fit.
 
     A layer records the backbone and scale it was trained for (``MCNetArch.trained_for``, read by ``saved_record``):
     that record, not the file's name, decides whether it fits the command's model. Only a layer saved without one is
     checked by the checkpoint's ``scale`` entry or its file name.
     """
-    ckpt, state = read_layer_weights(path)
     trained, _ = split_record(saved_record(state))  # a layer may serve another operator (the CLI says which)
     if trained is None:
         _check_scale(path, 'the layer checkpoint', scale, ckpt)
@@ -241,7 +241,8 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
         except CheckpointError as err:
             raise UsageError(f'backbone {err}') from None
     # a layer given by file: the model is built for it (a beta per noise level or not) and loads it below
-    beta_noise = weights_path is not None and 'log_beta_slope' in read_layer_weights(weights_path)[1]
+    layer_file = read_layer_weights(weights_path) if weights_path is not None else None
+    beta_noise = layer_file is not None and 'log_beta_slope' in layer_file[1]
     _start_cuda_in_background(device)
     try:
         # the shipped learned start was fitted to the shipped layer: another layer's solve begins at P_S(w)
@@ -256,7 +257,7 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
         raise UsageError(f'{backbone_path}: does not fit the {backbone_name(backbone)} backbone '
                          f'({_one_line(err, 200)})') from None
     if weights_path is not None:
-        load_layer_weights(model, weights_path, scale)
+        load_layer_weights(model, weights_path, scale, *layer_file)
     model = model.eval()
     with torch.no_grad():
         # exact, from the DFT, on the CPU (the slow part; CUDA starts meanwhile); in eval mode it is kept until the
