@@ -98,7 +98,12 @@ def _gram_eigenpairs(gram, dense_fallback=True):
     pairs = _centrosymmetric_eigenpairs(gram)
     if pairs is not None:
         return pairs
-    eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(gram.toarray()))
+    return _eigh(gram.toarray())
+
+
+def _eigh(matrix):
+    """LAPACK's eigenvalues (ascending) and orthonormal eigenvectors of a symmetric float64 numpy matrix, as numpy."""
+    eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(matrix))
     return eigvals.numpy(), eigvecs.numpy()
 
 
@@ -127,9 +132,9 @@ def _centrosymmetric_eigenpairs(gram):
     if n % 2:
         middle = math.sqrt(2.0) * top[:, h:h + 1]
         plus = np.block([[plus, middle], [middle.T, gram[h, h]]])
-    plus_vals, plus_vecs = (t.numpy() for t in torch.linalg.eigh(torch.from_numpy(0.5 * (plus + plus.T))))
+    plus_vals, plus_vecs = _eigh(0.5 * (plus + plus.T))
     minus = g11 - g13j
-    minus_vals, minus_vecs = (t.numpy() for t in torch.linalg.eigh(torch.from_numpy(0.5 * (minus + minus.T))))
+    minus_vals, minus_vecs = _eigh(0.5 * (minus + minus.T))
     vecs = np.zeros((n, n))
     half = plus_vecs[:h] / math.sqrt(2.0)
     vecs[:h, :h + n % 2], vecs[n - h:, :h + n % 2] = half, half[::-1]
