@@ -4,6 +4,7 @@ import json
 import os
 
 import pytest
+import yaml
 
 import mcnet_sr_cli
 from conftest import REPO_ROOT
@@ -52,7 +53,9 @@ def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, s
              if sum(k.startswith(row) for k in r['cells']) == 12]
     assert card['cbsd68'] in [round(m, 2) for m in means], (backbone, scale, means)
     # the layer file is the one the shipped test option loads
-    assert os.path.basename(pretrained.weight_path(card['layer'])) == f'mcnet_{backbone}_kernels_x{scale}.pth'
+    option = yaml.safe_load((REPO_ROOT / 'options' / f'test_mcnet_{backbone}_kernels_x{scale}.yml').read_text())
+    assert os.path.basename(option['path']['pretrain_network_g']) == card['layer']
+    assert os.path.isfile(pretrained.weight_path(card['layer']))
 
 
 def test_radius_names_are_the_package_constants():
