@@ -40,6 +40,7 @@ from blur_benchmark import blur_record
 from mcnet_basicsr.archs.dncnn_arch import DnCNN
 from mcnet_basicsr.ops import DEGRADATIONS, QUANTIZATION_EPS_RMS, build_operator, eps_from_rms
 from mcnet_basicsr.ops.kernels import load_kernel
+from mcnet_basicsr.utils.precision import tf32
 from timing import call_ms, median_ms
 
 
@@ -64,13 +65,13 @@ def bench_basicsr(shape, scale, repeats):
 
 def bench_dncnn6(shape, device, dtype, repeats):
     """One forward of the layers' denoiser (DnCNN6, 64 channels, spectral norms fixed, as in a solve) on an input of
-    ``shape``, each of its N x C channels an image."""
+    ``shape``, each of its N x C channels an image, with TF32 off as the layer runs it by default."""
     dncnn = DnCNN(depth=6, num_feat=64).to(device=device, dtype=dtype).eval()
     dncnn.update_spectral_norm()
     dncnn.auto_update_spectral_norm = False
     n, c, h, w = shape
     x = torch.rand(n * c, 1, h, w, device=device, dtype=dtype)
-    with torch.no_grad():
+    with torch.no_grad(), tf32(False):
         return median_ms(lambda: dncnn(x), device, repeats, warmup=3)
 
 
@@ -169,8 +170,8 @@ def main():
         '|---|---|---|---|---|---|---|---|---|---|---|' + ('---|---|---|' if args.denoiser else ''),
     ]
     if args.denoiser:
-        lines[0] += (' DnCNN6 = one forward of the layers\' denoiser (64 channels, 6 layers) on the same input, '
-                     'each of its N x C channels an image.')
+        lines[0] += (' DnCNN6 = one forward of the layers\' denoiser (64 channels, 6 layers, FP32 with TF32 off as the '
+                     'layer runs it) on the same input, each of its N x C channels an image.')
     denoiser_ms = {}
     print('\n'.join(lines), flush=True)
     for device in devices:

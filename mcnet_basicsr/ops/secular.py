@@ -36,9 +36,8 @@ def solve_secular_equation(energy, sig, eps, max_iter=100):
     already the root when all ``sig`` are equal (box). Iteration stops per sample once a step is
     below a few ulps of mu (typically 2-5 steps).
 
-    Everything runs on the tensors' device. On an accelerator the loop asks the host whether any sample is still
-    moving only every fourth step (each question waits for the device): a converged sample takes zero steps, so the
-    result is the same as checking every step, at a quarter of the round trips.
+    The O(N K) sums run on the tensors' device; the per-sample scalar update runs on the host, so
+    each iteration is a handful of kernels and one small device-to-host copy.
 
     Args:
         energy (Tensor): (N, K) float64, squared coefficients ``|r~_k|^2`` (summed over channels sharing sig).
@@ -52,27 +51,30 @@ def solve_secular_equation(energy, sig, eps, max_iter=100):
         (``||r|| > eps > 0``), 0 for the others (inside, or ``eps = 0``, whose projection is the
         ``mu -> inf`` limit and is handled by the caller).
     """
+    device = energy.device
     weighted = energy * sig
-    sig_max = sig.max(-1).values if sig.dim() == 2 else sig.max()
-    eps = eps.to(torch.float64)
-    norm_r = energy.sum(1).sqrt()
-    active = (eps > 0) & (norm_r > eps)
-    inv_eps = torch.where(active, 1.0 / eps, 0.0)
-    mu = torch.where(active, (norm_r * inv_eps - 1.0).clamp_min(0.0) / sig_max, 0.0)
-    check_every = 1 if energy.device.type == 'cpu' else 4
-    for it in range(max_iter):
-        if it % check_every == 0 and not bool(active.any()):
+    sig_max = sig.max(-1).values.expand(energy.shape[0]) if sig.dim() == 2 else sig.max().expand(energy.shape[0])
+    head = torch.stack([energy.sum(1), eps.to(torch.float64), sig_max])
+    total, eps_h, sig_max = head.cpu().numpy()
+    norm_r = np.sqrt(total)
+    active = (eps_h > 0) & (norm_r > eps_h)
+    with np.errstate(divide='ignore', invalid='ignore'):
+        inv_eps = np.where(active, 1.0 / eps_h, 0.0)
+        mu = np.where(active, np.maximum(norm_r * inv_eps - 1.0, 0.0) / sig_max, 0.0)
+    for _ in range(max_iter):
+        if not active.any():
             break
-        inv = (mu[:, None] * sig).add_(1.0).reciprocal_()
+        inv = (torch.from_numpy(mu).to(device)[:, None] * sig).add_(1.0).reciprocal_()
         inv_sq = inv.square()
-        f = torch.linalg.vecdot(energy, inv_sq)
-        f1 = torch.linalg.vecdot(weighted, inv_sq.mul_(inv))
-        inv_sqrt_f = 1.0 / f.sqrt()
-        step = -(inv_sqrt_f - inv_eps) / (inv_sqrt_f * inv_sqrt_f * inv_sqrt_f * f1)
-        step = torch.where(active & step.isfinite(), step.clamp_min(0.0), 0.0)
+        sums = torch.stack([torch.linalg.vecdot(energy, inv_sq), torch.linalg.vecdot(weighted, inv_sq.mul_(inv))])
+        f, f1 = sums.cpu().numpy()
+        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+            inv_sqrt_f = 1.0 / np.sqrt(f)
+            step = -(inv_sqrt_f - inv_eps) / (inv_sqrt_f**3 * f1)
+        step = np.where(active & np.isfinite(step), np.maximum(step, 0.0), 0.0)
         mu = mu + step
         active &= step > 8.0 * _DBL_EPS * mu
-    return mu
+    return torch.from_numpy(mu).to(device)
 
 
 def projection_coefficients(energy, sig, eps):
