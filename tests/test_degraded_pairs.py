@@ -118,7 +118,6 @@ def test_training_on_kernels_tells_the_layer_each_batchs_kernel(tmp_path_factory
     net = opt['network_g']
     net['backbone']['path'] = str(tmp_path / 'imdn_x4.pth')
     net['settings']['solver'] = {'forward': {'tol': 1e-3, 'max_iter': 6}, 'backward': {'tol': 1e-2, 'max_iter': 4}}
-    opt['path']['pretrain_network_g'] = str(REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'mcnet_imdn_x4.pth')
     opt['train'].update(total_iter=2)
     opt['train']['scheduler']['milestones'] = [2]
     opt['val']['val_freq'] = 2
@@ -132,7 +131,7 @@ def test_training_on_kernels_tells_the_layer_each_batchs_kernel(tmp_path_factory
     assert proc.returncode == 0, proc.stderr[-4000:]
     exp = tmp_path / 'experiments' / 'e2e_kernels'
     log = next(exp.glob('train_*.log')).read_text()
-    assert 'fidelity_float' in log and 'beta:' in log
+    assert 'fidelity_float' in log and 'beta:' in log and 'beta_slope:' in log  # a beta per noise level
     fidelity = [float(v) for v in re.findall(r'fidelity_float \|\|Ax-b\|\|_2 \(Y, \[0,1\]\) mean (\S+),', log)]
     # within the uint8 ball of each image's own kernel (eps_rms times the root of 30 x 30 or 25 x 32 LR values)
     assert fidelity and max(fidelity) <= 0.0011320 * 30 * (1 + 1e-6)
