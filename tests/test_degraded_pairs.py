@@ -90,11 +90,9 @@ def test_the_model_builds_each_batchs_operator_from_its_samples(photo_folder):
     assert model.batch_measurement({}) == {}
 
 
-@pytest.mark.slow
-def test_training_on_kernels_tells_the_layer_each_batchs_kernel(tmp_path_factory, photo_folder):
-    """options/train_mcnet_imdn_kernels_x4.yml shrunk to a CPU run: BasicSR's train_pipeline on blurred pairs, the
-    layer told each sample's kernel and noise, R, G and B consistent, and the validation measured under them."""
-    import re
+def _shrunk_training(tmp_path, photo_folder, option, name):
+    """BasicSR's train_pipeline on ``options/<option>``, shrunk to two iterations on the CPU with a random IMDN x4 and
+    ``photo_folder`` for both phases; returns (the run's log, the parameters it saved)."""
     import subprocess
     import sys
 
@@ -103,18 +101,19 @@ def test_training_on_kernels_tells_the_layer_each_batchs_kernel(tmp_path_factory
 
     from conftest import REPO_ROOT
     from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
-    tmp_path = tmp_path_factory.mktemp('kernels_run')
     torch.manual_seed(0)
     imdn = build_network(backbone_options('imdn', 4))
     torch.save({'params': imdn.state_dict()}, tmp_path / 'imdn_x4.pth')
-    with open(REPO_ROOT / 'options' / 'train_mcnet_imdn_kernels_x4.yml') as f:
+    with open(REPO_ROOT / 'options' / option) as f:
         opt = yaml.safe_load(f)
-    opt.update(name='e2e_kernels', num_gpu=0)
+    opt.update(name=name, num_gpu=0)
     for phase in ('train', 'val'):
         opt['datasets'][phase].update(dataroot_gt=str(photo_folder))
-        opt['datasets'][phase]['degradation'] = {'kernels': {'size': 13}}
+        if 'kernels' in opt['datasets'][phase]['degradation']:
+            opt['datasets'][phase]['degradation'] = {'kernels': {'size': 13}}
     opt['datasets']['val']['noise'] = 0
     opt['datasets']['train'].update(gt_size=48, batch_size_per_gpu=2, num_worker_per_gpu=0, dataset_enlarge_ratio=1)
+    opt['train']['loss_crop_border'] = min(opt['train']['loss_crop_border'], 8)
     net = opt['network_g']
     net['backbone']['path'] = str(tmp_path / 'imdn_x4.pth')
     net['settings']['solver'] = {'forward': {'tol': 1e-3, 'max_iter': 6}, 'backward': {'tol': 1e-2, 'max_iter': 4}}
@@ -129,11 +128,40 @@ def test_training_on_kernels_tells_the_layer_each_batchs_kernel(tmp_path_factory
             f'from mcnet_basicsr.train import main; main(root_path={str(tmp_path)!r})')
     proc = subprocess.run([sys.executable, '-c', code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    exp = tmp_path / 'experiments' / 'e2e_kernels'
+    exp = tmp_path / 'experiments' / name
     log = next(exp.glob('train_*.log')).read_text()
+    return log, torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
+
+
+@pytest.mark.slow
+def test_training_on_kernels_tells_the_layer_each_batchs_kernel(tmp_path_factory, photo_folder):
+    """options/train_mcnet_imdn_kernels_x4.yml shrunk to a CPU run: BasicSR's train_pipeline on blurred pairs, the
+    layer told each sample's kernel and noise, R, G and B consistent, and the validation measured under them."""
+    import re
+    log, params = _shrunk_training(tmp_path_factory.mktemp('kernels_run'), photo_folder,
+                                   'train_mcnet_imdn_kernels_x4.yml', 'e2e_kernels')
     assert 'fidelity_float' in log and 'beta:' in log and 'beta_slope:' in log  # a beta per noise level
     fidelity = [float(v) for v in re.findall(r'fidelity_float \|\|Ax-b\|\|_2 \(Y, \[0,1\]\) mean (\S+),', log)]
     # within the uint8 ball of each image's own kernel (eps_rms times the root of 30 x 30 or 25 x 32 LR values)
     assert fidelity and max(fidelity) <= 0.0011320 * 30 * (1 + 1e-6)
-    params = torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
     assert bytes(params['_extra_state'].tolist()).decode().strip() == 'IMDN x4 bicubic'
+
+
+@pytest.mark.slow
+def test_training_on_resizers_starts_from_the_shipped_layer_and_tells_it_each_resizer(tmp_path_factory, photo_folder):
+    """options/train_mcnet_imdn_resizers_x4.yml shrunk to a CPU run: pairs made by the six resizers, the layer told
+    each sample's resizer, started from the shipped bicubic layer with its beta held, and the validation consistent
+    with each image's own resizer."""
+    import re
+
+    from conftest import REPO_ROOT
+    log, params = _shrunk_training(tmp_path_factory.mktemp('resizers_run'), photo_folder,
+                                   'train_mcnet_imdn_resizers_x4.yml', 'e2e_resizers')
+    fidelity = [float(v) for v in re.findall(r'fidelity_float \|\|Ax-b\|\|_2 \(Y, \[0,1\]\) mean (\S+),', log)]
+    assert fidelity and max(fidelity) <= 0.0011320 * 30 * (1 + 1e-6)
+    shipped = torch.load(REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'mcnet_imdn_x4.pth', map_location='cpu')['params']
+    assert float(params['log_beta']) == float(shipped['log_beta'])  # held
+    key = 'denoiser.dncnn.0.weight'
+    assert params[key].shape == shipped[key].shape
+    change = (params[key] - shipped[key]).norm() / shipped[key].norm()
+    assert 0 < change < 0.05, change  # two Adam steps of lr 1e-4 from the shipped denoiser
