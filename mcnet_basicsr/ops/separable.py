@@ -80,6 +80,12 @@ def _dct2_residual(gram, basis):
     return eigvals, np.abs(product).max()
 
 
+def _rounding_level(gram):
+    """What float64 rounding leaves in products with the symmetric ``gram`` (scipy sparse): ``64 eps_64 ||gram||_inf``,
+    the bound an entry of a residual must stay under for pairs or symmetries to count as exact."""
+    return 64 * _DBL_EPS * abs(gram).sum(1).max()
+
+
 def _gram_eigenpairs(gram, dense_fallback=True):
     """Eigenvalues (ascending) and orthonormal eigenvectors (columns) of the symmetric banded ``M M^T``
     (a scipy sparse matrix), float64 numpy.
@@ -94,7 +100,7 @@ def _gram_eigenpairs(gram, dense_fallback=True):
     matrices where ``M M^T`` is centrosymmetric), or ``None`` with ``dense_fallback=False``.
     """
     n = gram.shape[0]
-    tol = 64 * _DBL_EPS * abs(gram).sum(1).max()
+    tol = _rounding_level(gram)
     # a few columns first (O(n) each): an operator they fail is refused without the O(n^2) basis
     if _dct2_residual(gram, _dct2_basis(n, sorted({1 % n, n // 3, n // 2, n - 1})))[1] <= tol:
         basis = _dct2_basis(n)
@@ -132,7 +138,7 @@ def _centrosymmetric_eigenpairs(gram):
     n = gram.shape[0]
     gram = gram.tocsr()
     mirrored = gram[::-1, ::-1]
-    if n < 2 or abs(gram - mirrored).max() > 64 * _DBL_EPS * abs(gram).sum(1).max():
+    if n < 2 or abs(gram - mirrored).max() > _rounding_level(gram):
         return None
     h = n // 2
     top = gram[:h].toarray()  # the upper h rows: G11, (the middle column c,) G13
