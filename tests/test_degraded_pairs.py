@@ -92,7 +92,9 @@ def test_the_model_builds_each_batchs_operator_from_its_samples(photo_folder):
 
 def _shrunk_training(tmp_path, photo_folder, option, name):
     """BasicSR's train_pipeline on ``options/<option>``, shrunk to two iterations on the CPU with a random IMDN x4 and
-    ``photo_folder`` for both phases; returns (the run's log, the parameters it saved)."""
+    ``photo_folder`` for both phases; returns (the run's log, its validations' mean fidelity ``||Ax - b||_2`` on Y, the
+    parameters it saved)."""
+    import re
     import subprocess
     import sys
 
@@ -130,18 +132,17 @@ def _shrunk_training(tmp_path, photo_folder, option, name):
     assert proc.returncode == 0, proc.stderr[-4000:]
     exp = tmp_path / 'experiments' / name
     log = next(exp.glob('train_*.log')).read_text()
-    return log, torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
+    fidelity = [float(v) for v in re.findall(r'fidelity_float \|\|Ax-b\|\|_2 \(Y, \[0,1\]\) mean (\S+),', log)]
+    return log, fidelity, torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
 
 
 @pytest.mark.slow
 def test_training_on_kernels_tells_the_layer_each_batchs_kernel(tmp_path_factory, photo_folder):
     """options/train_mcnet_imdn_kernels_x4.yml shrunk to a CPU run: BasicSR's train_pipeline on blurred pairs, the
     layer told each sample's kernel and noise, R, G and B consistent, and the validation measured under them."""
-    import re
-    log, params = _shrunk_training(tmp_path_factory.mktemp('kernels_run'), photo_folder,
-                                   'train_mcnet_imdn_kernels_x4.yml', 'e2e_kernels')
+    log, fidelity, params = _shrunk_training(tmp_path_factory.mktemp('kernels_run'), photo_folder,
+                                             'train_mcnet_imdn_kernels_x4.yml', 'e2e_kernels')
     assert 'fidelity_float' in log and 'beta:' in log and 'beta_slope:' in log  # a beta per noise level
-    fidelity = [float(v) for v in re.findall(r'fidelity_float \|\|Ax-b\|\|_2 \(Y, \[0,1\]\) mean (\S+),', log)]
     # within the uint8 ball of each image's own kernel (eps_rms times the root of 30 x 30 or 25 x 32 LR values)
     assert fidelity and max(fidelity) <= 0.0011320 * 30 * (1 + 1e-6)
     assert bytes(params['_extra_state'].tolist()).decode().strip() == 'IMDN x4 bicubic'
@@ -152,12 +153,9 @@ def test_training_on_resizers_starts_from_the_shipped_layer_and_tells_it_each_re
     """options/train_mcnet_imdn_resizers_x4.yml shrunk to a CPU run: pairs made by the six resizers, the layer told
     each sample's resizer, started from the shipped bicubic layer with its beta held, and the validation consistent
     with each image's own resizer."""
-    import re
-
     from conftest import REPO_ROOT
-    log, params = _shrunk_training(tmp_path_factory.mktemp('resizers_run'), photo_folder,
-                                   'train_mcnet_imdn_resizers_x4.yml', 'e2e_resizers')
-    fidelity = [float(v) for v in re.findall(r'fidelity_float \|\|Ax-b\|\|_2 \(Y, \[0,1\]\) mean (\S+),', log)]
+    _, fidelity, params = _shrunk_training(tmp_path_factory.mktemp('resizers_run'), photo_folder,
+                                           'train_mcnet_imdn_resizers_x4.yml', 'e2e_resizers')
     assert fidelity and max(fidelity) <= 0.0011320 * 30 * (1 + 1e-6)
     shipped = torch.load(REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'mcnet_imdn_x4.pth', map_location='cpu')['params']
     assert float(params['log_beta']) == float(shipped['log_beta'])  # held
