@@ -40,19 +40,31 @@ SCALES = tuple(sorted(MODELS['default']))
 BACKBONES = tuple(MODELS['backbones'])
 
 
-def model_card(backbone, scale, kernels=False):
-    """The card of the shipped model (a dict), or None where none ships (the package then says why); with
-    ``kernels``, of its layer trained for LR made by blur kernels (the cards' ``kernels``)."""
-    return MODELS['backbones'].get(backbone, {}).get('kernels' if kernels else 'models', {}).get(scale)
+def model_card(backbone, scale, family='bicubic'):
+    """The card of the shipped model (a dict), or None where none ships (the package then says why); ``family``
+    'kernels' / 'resizers': of its layer trained for LR made by blur kernels / by resizers (the cards' sections)."""
+    return MODELS['backbones'].get(backbone, {}).get(MODELS['families'][family], {}).get(scale)
 
 
-def default_tol(backbone, scale, kernels=False):
-    card = model_card(backbone, scale, kernels)
+def layer_family(backbone, scale, degradation=None, kernel=None):
+    """The family of the layer mcnet-sr runs for LR made by ``degradation`` (a resizer name) or a blur ``kernel``:
+    'kernels' with a kernel where such a layer ships, 'resizers' where the resizer layer's card lists the resizer
+    (those on which it beats the bicubic layer told the resizer, docs/degradations.md), else 'bicubic'."""
+    if kernel is not None and model_card(backbone, scale, 'kernels') is not None:
+        return 'kernels'
+    card = model_card(backbone, scale, 'resizers')
+    if degradation is not None and card is not None and degradation in card['degradations']:
+        return 'resizers'
+    return 'bicubic'
+
+
+def default_tol(backbone, scale, family='bicubic'):
+    card = model_card(backbone, scale, family)
     return None if card is None else card['tol']
 
 
-def default_extrapolation(backbone, scale, kernels=False):
-    card = model_card(backbone, scale, kernels)
+def default_extrapolation(backbone, scale, family='bicubic'):
+    card = model_card(backbone, scale, family)
     return None if card is None else card['extrapolation']
 
 
@@ -89,8 +101,9 @@ def build_parser():
     p.add_argument('--backbone', default=None, choices=BACKBONES,
                    help='backbone and its shipped layer: our SRCNN (default), our compact RCAN / RDN, or the official '
                    'IMDN / PAN (x3, x4; give their weights with --backbone-weights); all but SRCNN keep ||Ax-b|| '
-                   'within the uint8 quantisation level, see --eps-rms. With --kernel, IMDN runs its layer trained on '
-                   'blur kernels and noise (x2, x3, x4)')
+                   'within the uint8 quantisation level, see --eps-rms. With --kernel, IMDN (x2, x3, x4) and PAN (x4) '
+                   'run their layers trained on blur kernels and noise; with --degradation cv2-cubic, cv2-linear or '
+                   'cv2-area at x4, their layers trained on resizers')
     p.add_argument('--backbone-weights', metavar='PATH',
                    help='checkpoint of the --backbone architecture (default: the shipped one)')
     p.add_argument('--weights', metavar='PATH',
@@ -159,15 +172,16 @@ def parse_args(argv):
         raise UsageError(f'--iters must be >= 1, got {args.iters}')
     if args.backbone is None:
         args.backbone = MODELS['default'][args.scale]
-    # with --kernel, the backbone's layer trained on blur kernels where one ships (--weights may replace its file)
-    args.kernel_layer = args.kernel is not None and model_card(args.backbone, args.scale, kernels=True) is not None
+    # with --kernel or --degradation, the backbone's layer trained for such LR where one ships for it (--weights
+    # may replace its file)
+    args.layer_family = layer_family(args.backbone, args.scale, args.degradation, args.kernel)
     # the model's defaults; where no model ships for the pair, the command stops with the package's reason
     if args.tol is None:
-        args.tol = default_tol(args.backbone, args.scale, args.kernel_layer)
+        args.tol = default_tol(args.backbone, args.scale, args.layer_family)
     if args.tol is not None and not (args.tol > 0 and math.isfinite(args.tol)):
         raise UsageError(f'--tol must be a positive number, got {args.tol}')
     if args.extrapolation is None:
-        args.extrapolation = default_extrapolation(args.backbone, args.scale, args.kernel_layer)
+        args.extrapolation = default_extrapolation(args.backbone, args.scale, args.layer_family)
     if args.extrapolation is not None and not (args.extrapolation >= 0 and math.isfinite(args.extrapolation)):
         raise UsageError(f'--extrapolation must be a finite number >= 0, got {args.extrapolation}')
     if args.eps_rms is not None and not (args.eps_rms >= 0 and math.isfinite(args.eps_rms)):

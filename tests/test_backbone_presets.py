@@ -38,7 +38,8 @@ def test_preset_is_the_layout_of_the_shipped_backbone(name, scale):
 def test_shipped_layers_load_strictly_on_their_preset(layer):
     """A layer records the backbone type and scale it was trained on; loading checks that record."""
     name, scale = layer[len('mcnet_'):].rsplit('_x', 1)
-    name, scale = name.removesuffix('_kernels'), int(scale)  # mcnet_<backbone>_kernels_x<s>: trained on blur kernels
+    # mcnet_<backbone>_{kernels,resizers}_x<s>: trained on blur kernels / on resizers
+    name, scale = name.removesuffix('_kernels').removesuffix('_resizers'), int(scale)
     backbone_path = WEIGHTS / f'{name}_x{scale}.pth'
     state = _params(WEIGHTS / f'{layer}.pth')
     net = MCNetArch(backbone={'net': name, 'path': str(backbone_path) if backbone_path.is_file() else None},

@@ -677,6 +677,41 @@ def test_noise_widens_the_ball_to_its_radius(tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_degradation_with_imdn_runs_its_layer_trained_on_resizers_where_its_card_says(tmp_path):
+    """--backbone imdn --degradation at x4 runs the layer trained on resizers for the resizers its card lists (OpenCV's,
+    where it beats the bicubic layer) and the bicubic layer for the others; the output is consistent with the resizer
+    in R, G and B."""
+    import mcnet_sr_cli
+    from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
+    from mcnet_basicsr.cli.inference import prepare_model
+    from mcnet_basicsr.ops import build_degradation
+    from mcnet_basicsr.utils.registration import build_network
+    torch.manual_seed(0)
+    backbone = tmp_path / 'imdn_x4.pth'  # an IMDN x4 of the official architecture (the weights are third-party)
+    torch.save({'params': build_network(backbone_options('imdn', 4)).state_dict()}, backbone)
+    hr = photo('astronaut', 64, 80)
+    lr = build_degradation('cv2-cubic', 4)(torch.from_numpy(hr.astype(np.float64) / 255).permute(2, 0, 1)[None])
+    img = write(tmp_path / 'a.png', np.rint(lr[0].permute(1, 2, 0).clamp(0, 1).numpy() * 255).astype(np.uint8))
+    common = ['--scale', '4', '--backbone', 'imdn', '--backbone-weights', backbone]
+    for degradation, family, layer in (('cv2-cubic', 'resizers', 'mcnet_imdn_resizers_x4.pth'),
+                                       ('cv2-area', 'resizers', 'mcnet_imdn_resizers_x4.pth'),
+                                       ('pil-bicubic', 'bicubic', 'mcnet_imdn_x4.pth')):
+        args = mcnet_sr_cli.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common,
+                                                         '--degradation', degradation]])
+        assert args.layer_family == family and args.tol == 1e-4, degradation
+        state = prepare_model(args, torch.device('cpu'), models={}).state_dict()
+        for name, value in torch.load(weight_path(layer), map_location='cpu')['params'].items():
+            if name != '_extra_state':  # the record of backbone and scale, checked on loading
+                assert torch.equal(state[name], value), (degradation, name)
+    out = tmp_path / 'out'
+    assert cli(img, '-o', out, *common, '--degradation', 'cv2-cubic') == 0
+    eps = (1 / 255) / np.sqrt(12) * np.sqrt(16 * 20)  # the uint8 level, per channel
+    assert float(read_summary(out)[str(img)]['fidelity']) <= eps * (1 + 1e-6)
+    # SRCNN has no layer trained on resizers: --degradation keeps its bicubic layer
+    args = mcnet_sr_cli.parse_args([str(img), '-o', str(out), '--scale', '4', '--degradation', 'cv2-cubic'])
+    assert args.layer_family == 'bicubic'
+
+
 def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsys):
     """--backbone imdn --kernel runs the layer trained on blur kernels (at x2, where no bicubic layer ships, too): its
     beta per noise level and denoiser are the shipped file's, the solve takes --noise, and the output is consistent
@@ -697,7 +732,7 @@ def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsy
     for extra in ([], ['--weights', weight_path('mcnet_imdn_kernels_x2.pth')]):
         argv = [str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common, *extra]]
         args = mcnet_sr_cli.parse_args(argv)
-        assert args.kernel_layer and args.tol == 1e-4
+        assert args.layer_family == 'kernels' and args.tol == 1e-4
         state = prepare_model(args, torch.device('cpu'), models={}).state_dict()
         for name, value in shipped.items():
             if torch.is_tensor(value):
@@ -716,4 +751,4 @@ def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsy
     assert not (tmp_path / 'none').exists()
     # SRCNN has no layer trained on blur kernels: --kernel keeps its bicubic layer
     args = mcnet_sr_cli.parse_args([str(img), '-o', str(out), '--scale', '2', '--kernel', str(tmp_path / 'k.npy')])
-    assert not args.kernel_layer
+    assert args.layer_family == 'bicubic'

@@ -15,16 +15,18 @@ from mcnet_basicsr.zoo.pretrained import MODELS, model_card
 
 CARDS = [(b, s, c) for b, entry in MODELS['backbones'].items() for s, c in entry['models'].items()]
 KERNEL_CARDS = [(b, s) for b, entry in MODELS['backbones'].items() for s in entry.get('kernels', {})]
+RESIZER_CARDS = [(b, s) for b, entry in MODELS['backbones'].items() for s in entry.get('resizers', {})]
 KEYS = {'backbone', 'layer', 'start', 'tol', 'extrapolation', 'set5', 'set14'}
 # the tables' rows of each card's scores: (record backbone, record backbone_weights) by the card's scored_on
 RECORD_ROW = {'official': lambda b: (b, 'official'), 'shipped': lambda b: (b.replace('_compact', ''), 'ours-compact')}
 
 
 def test_cards_are_complete_and_name_shipped_files():
-    assert set(MODELS) == {'default', 'max_iter', 'backbones'}
+    assert set(MODELS) == {'default', 'max_iter', 'families', 'backbones'}
+    assert MODELS['families'] == mcnet_sr_cli.MODELS['families'] and MODELS['families']['bicubic'] == 'models'
     assert isinstance(MODELS['max_iter'], int) and MODELS['max_iter'] >= 1
     for b, entry in MODELS['backbones'].items():
-        assert set(entry) - {'kernels'} == {'name', 'eps_rms', 'scored_on', 'models'}, b
+        assert set(entry) - {'kernels', 'resizers'} == {'name', 'eps_rms', 'scored_on', 'models'}, b
         assert b in BACKBONE_PRESETS and entry['eps_rms'] in pretrained.EPS_RMS and entry['scored_on'] in RECORD_ROW
     for b, s, card in CARDS:
         assert set(card) == KEYS and s in pretrained.SCALES, (b, s)
@@ -43,10 +45,10 @@ def test_cards_are_complete_and_name_shipped_files():
 def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, scale):
     """Each layer trained on blur kernels ships, and its card's CBSD68 score is the noise-free row mean of its Table K
     record (docs/degradations.md)."""
-    card = model_card(backbone, scale, kernels=True)
+    card = model_card(backbone, scale, 'kernels')
     assert set(card) == {'layer', 'tol', 'extrapolation', 'cbsd68'}
     assert isinstance(card['tol'], float) and 0 < card['tol'] < 1 and isinstance(card['extrapolation'], float)
-    assert mcnet_sr_cli.model_card(backbone, scale, kernels=True) == card
+    assert mcnet_sr_cli.model_card(backbone, scale, 'kernels') == card
     records = [json.loads(p.read_text()) for p in (REPO_ROOT / 'docs' / 'records').glob('kernel_table_*.json')]
     row = f'mcnet_{backbone}_kernels|x{scale}|'
     means = [sum(c['psnr'] for k, c in r['cells'].items() if k.startswith(row)) / 12 for r in records
@@ -56,6 +58,41 @@ def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, s
     option = yaml.safe_load((REPO_ROOT / 'options' / f'test_mcnet_{backbone}_kernels_x{scale}.yml').read_text())
     assert os.path.basename(option['path']['pretrain_network_g']) == card['layer']
     assert os.path.isfile(pretrained.weight_path(card['layer']))
+
+
+def _resizer_cells():
+    """Every Table R cell of the records, ``row|x<s>|resizer|set`` -> PSNR."""
+    cells = {}
+    for path in (REPO_ROOT / 'docs' / 'records').glob('resizer_table_*.json'):
+        cells.update({k: c['psnr'] for k, c in json.loads(path.read_text())['cells'].items()})
+    return cells
+
+
+@pytest.mark.parametrize('backbone, scale', RESIZER_CARDS)
+def test_resizer_layers_are_shipped_run_where_they_gain_and_scored_by_their_records(backbone, scale):
+    """Each layer trained on resizers ships; the resizers its card lists (those mcnet-sr runs it for) are exactly the
+    recorded ones on which it beats the bicubic layer told the resizer on every set, and its CBSD68 scores are its
+    records' cells."""
+    card = model_card(backbone, scale, 'resizers')
+    assert set(card) == {'layer', 'tol', 'extrapolation', 'degradations', 'cbsd68'}
+    assert isinstance(card['tol'], float) and 0 < card['tol'] < 1 and isinstance(card['extrapolation'], float)
+    assert mcnet_sr_cli.model_card(backbone, scale, 'resizers') == card
+    cells = _resizer_cells()
+    trained, shipped = f'mcnet_{backbone}_resizers@true|x{scale}|', f'mcnet_{backbone}@true|x{scale}|'
+    measured = {k[len(trained):].split('|')[0] for k in cells if k.startswith(trained)}
+    assert set(card['degradations']) <= measured and set(card['degradations']) <= set(mcnet_sr_cli.DEGRADATIONS)
+    for resizer in measured:
+        sets = [k.split('|')[3] for k in cells if k.startswith(f'{trained}{resizer}|')]
+        assert {'Set5', 'Set14', 'CBSD68'} <= set(sets), (resizer, sets)
+        gains = [cells[f'{trained}{resizer}|{s}'] - cells[f'{shipped}{resizer}|{s}'] for s in sets]
+        assert (resizer in card['degradations']) == all(g > 0 for g in gains), (resizer, gains)
+    assert card['cbsd68'] == {r: round(cells[f'{trained}{r}|CBSD68'], 2) for r in card['degradations']}
+    option = yaml.safe_load((REPO_ROOT / 'options' / f'test_mcnet_{backbone}_resizers_x{scale}.yml').read_text())
+    assert os.path.basename(option['path']['pretrain_network_g']) == card['layer']
+    assert os.path.isfile(pretrained.weight_path(card['layer']))
+    for resizer in mcnet_sr_cli.DEGRADATIONS:
+        family = mcnet_sr_cli.layer_family(backbone, scale, degradation=resizer)
+        assert family == ('resizers' if resizer in card['degradations'] else 'bicubic'), resizer
 
 
 def test_radius_names_are_the_package_constants():
@@ -107,3 +144,8 @@ def test_readme_and_model_zoo_tables_are_the_cards():
     block = (REPO_ROOT / 'docs' / 'ModelZoo.md').read_text().split(
         '<!-- kernel-layers: mcnet_basicsr.zoo.pretrained.kernel_layers_table() -->\n', 1)[1]
     assert block.split('<!-- /kernel-layers -->', 1)[0] == kernel_table
+    resizer_table = pretrained.resizer_layers_table()
+    assert len(resizer_table.splitlines()) == 2 + len(RESIZER_CARDS)
+    block = (REPO_ROOT / 'docs' / 'ModelZoo.md').read_text().split(
+        '<!-- resizer-layers: mcnet_basicsr.zoo.pretrained.resizer_layers_table() -->\n', 1)[1]
+    assert block.split('<!-- /resizer-layers -->', 1)[0] == resizer_table

@@ -219,19 +219,19 @@ def _start_cuda_in_background(device):
 
 
 def get_model(scale, device, backbone_path=None, weights_path=None, backbone='srcnn', cache=None, eps_rms=None,
-              channels='y', kernels=False):
+              channels='y', family='bicubic'):
     """The shipped MCNet at ``scale`` (eval mode, on ``device``), optionally with other weights, with the
-    consistency radius ``eps_rms`` (None: exact) and ``channels`` (MCNetArch's options); with ``kernels``, the
-    backbone's layer trained on blur kernels.
+    consistency radius ``eps_rms`` (None: exact) and ``channels`` (MCNetArch's options); ``family`` 'kernels' /
+    'resizers': the backbone's layer trained on blur kernels / on resizers.
 
     ``cache``: a dict the caller keeps to reuse models across calls in one process (the first solve of a model
     estimates its spectral norms, seconds); None builds a new model.
     """
-    key = (scale, str(device), backbone, _file_key(backbone_path), _file_key(weights_path), eps_rms, channels, kernels)
+    key = (scale, str(device), backbone, _file_key(backbone_path), _file_key(weights_path), eps_rms, channels, family)
     if cache is not None and key in cache:
         return cache[key]
     try:
-        check_available(backbone, scale, backbone_path, kernels)
+        check_available(backbone, scale, backbone_path, family)
     except ValueError as err:
         raise UsageError(str(err)) from None
     if backbone_path is not None:
@@ -248,7 +248,7 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
         # the shipped learned start was fitted to the shipped layer: another layer's solve begins at P_S(w)
         model = build_pretrained_mcnet(scale, device='cpu', backbone_path=backbone_path, backbone=backbone,
                                        start=weights_path is None, eps_rms=eps_rms, channels=channels,
-                                       kernels=kernels, layer=weights_path is None, beta_noise=beta_noise)
+                                       family=family, layer=weights_path is None, beta_noise=beta_noise)
     except FileNotFoundError as err:
         raise UsageError(_one_line(err)) from None
     except Exception as err:
@@ -490,7 +490,7 @@ def prepare_model(args, device, models=None):
     eps_rms = args.eps_rms if args.eps_rms is not None else default_eps_rms(args.backbone)
     # channels 'rgb': the layer's own per-channel solve (MCNetArch.solve_measured)
     model = get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone, cache=models,
-                      eps_rms=eps_rms, channels=args.channels, kernels=args.kernel_layer)
+                      eps_rms=eps_rms, channels=args.channels, family=args.layer_family)
     if args.tile is not None and global_ops(model.backbone):
         # a tile would see its own mean, not the image's: the tiled output would not be the network's
         raise UsageError(f'--tile is not exact for the {args.backbone} backbone: it pools over the whole image '

@@ -13,8 +13,10 @@ Set5/Set14 scores of each.
   quantisation level (``options/{train,test}_mcnet_{rcan,rdn}_compact_x*.yml``);
 * ``mcnet_{imdn,pan}_x{3,4}.pth``: the layers trained on the official IMDN / PAN, whose weights are third-party
   and not shipped (``scripts/fetch_assets.py imdn pan``): pass their path as ``backbone_path``;
-* ``mcnet_imdn_kernels_x{2,3,4}.pth``: layers on the official IMDN trained for LR made by blur kernels and noise,
-  R, G and B each consistent (``kernels=True``; ``docs/degradations.md``).
+* ``mcnet_imdn_kernels_x{2,3,4}.pth``, ``mcnet_pan_kernels_x4.pth``: layers on the official IMDN / PAN trained for
+  LR made by blur kernels and noise, R, G and B each consistent (``family='kernels'``; ``docs/degradations.md``);
+* ``mcnet_{imdn,pan}_resizers_x4.pth``: layers on them trained for LR made by a mix of library resizers
+  (``family='resizers'``).
 
 ``weights/README.md`` records the option file, command, iterations and Set5 score of each file.
 """
@@ -40,10 +42,11 @@ EPS_RMS = {None: None, 'quantization': QUANTIZATION_EPS_RMS}
 START_OPTIONS = {'depth': 8, 'num_feat': 64}
 
 
-def model_card(backbone, scale, kernels=False):
-    """The card of the shipped model ``backbone`` x``scale`` (a dict, see models.yml), or None if none ships; with
-    ``kernels``, of its layer trained for LR made by blur kernels and noise (the cards' ``kernels``)."""
-    return MODELS['backbones'].get(backbone, {}).get('kernels' if kernels else 'models', {}).get(scale)
+def model_card(backbone, scale, family='bicubic'):
+    """The card of the shipped model ``backbone`` x``scale`` (a dict, see models.yml), or None if none ships;
+    ``family`` 'kernels' / 'resizers': of its layer trained for LR made by blur kernels and noise / by resizers
+    (the cards' sections ``kernels`` / ``resizers``)."""
+    return MODELS['backbones'].get(backbone, {}).get(MODELS['families'][family], {}).get(scale)
 
 
 def backbone_name(backbone):
@@ -93,31 +96,34 @@ def _official_weights(backbone):
     return any(card['backbone'] == 'official' for card in MODELS['backbones'][backbone]['models'].values())
 
 
-def check_available(backbone, scale, backbone_path=None, kernels=False):
-    """Raise ValueError (saying why) unless a layer ships for ``backbone`` at ``scale`` (with ``kernels``: one
-    trained on blur kernels) and its weights are known."""
+# what each family of layers was trained for, as the errors name it
+_TRAINED_FOR = {'kernels': ('blur kernels', '--kernel'), 'resizers': ('resizers', '--degradation')}
+
+
+def check_available(backbone, scale, backbone_path=None, family='bicubic'):
+    """Raise ValueError (saying why) unless a layer of ``family`` ships for ``backbone`` at ``scale`` and its weights
+    are known."""
     _check_scale(scale)
     if backbone not in BACKBONES:
         raise ValueError(f'Unknown backbone {backbone!r}; shipped ones: {", ".join(BACKBONES)}.')
     entry = MODELS['backbones'][backbone]
-    if kernels and model_card(backbone, scale, kernels=True) is None:
-        shipped = ', '.join(f'{b} x{s}' for b, e in MODELS['backbones'].items() for s in e.get('kernels', {}))
-        raise ValueError(f'No MCNet layer trained on blur kernels ships for {backbone} at x{scale}; layers exist for '
-                         f'{shipped} (docs/degradations.md).')
-    card = model_card(backbone, scale)
-    if card is None and not kernels:
+    if family != 'bicubic' and model_card(backbone, scale, family) is None:
+        shipped = ', '.join(f'{b} x{s}' for b, e in MODELS['backbones'].items() for s in e.get(family, {}))
+        raise ValueError(f'No MCNet layer trained on {_TRAINED_FOR[family][0]} ships for {backbone} at '
+                         f'x{scale}; layers exist for {shipped} (docs/degradations.md).')
+    if family == 'bicubic' and model_card(backbone, scale) is None:
         shipped = ' and '.join(f'x{s}' for s in entry['models'])
-        in_kernels = ', '.join(f'x{s}' for s in entry.get('kernels', {}))
+        others = ''.join(f', and for LR made by {what} ({flag}) for {", ".join(f"x{s}" for s in entry[f])}'
+                         for f, (what, flag) in _TRAINED_FOR.items() if entry.get(f))
         raise ValueError(f'No MCNet layer ships for {backbone} at x{scale} (none that was trained gains over it: '
-                         f'docs/strong_backbones.md); layers exist for {shipped}'
-                         + (f', and for LR made by blur kernels (--kernel) for {in_kernels}.' if in_kernels else '.'))
+                         f'docs/strong_backbones.md); layers exist for {shipped}{others}.')
     if _official_weights(backbone) and backbone_path is None:
         raise ValueError(f'The official {backbone} weights are not shipped: give their path (the authors\' file '
                          f'or scripts/fetch_assets.py {backbone} output).')
 
 
 def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, eps_rms=None, solver=None,
-                           backbone='srcnn', start=True, channels='y', kernels=False, layer=True, beta_noise=False):
+                           backbone='srcnn', start=True, channels='y', family='bicubic', layer=True, beta_noise=False):
     """MCNet (shipped layer) on a shipped backbone at ``scale``.
 
     Args:
@@ -132,14 +138,16 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
             ``start``; not with another ``backbone_path``, to whose outputs it was not fitted). The fixed point is the
             same.
         channels (str): 'y' (the layers as trained) or 'rgb' (each of R, G, B consistent; MCNetArch's option).
-        kernels (bool): the backbone's layer trained for LR made by blur kernels and noise instead (the cards'
-            ``kernels``; trained with ``channels='rgb'``): give it the operator and the noise level per call
-            (``run(lr, operator, noise_sigma)``), as its beta depends on the noise.
+        family (str): 'bicubic' (the layers of the tables); 'kernels': the backbone's layer trained for LR made by
+            blur kernels and noise instead (the cards' ``kernels``; trained with ``channels='rgb'``): give it the
+            operator and the noise level per call (``run(lr, operator, noise_sigma)``), as its beta depends on the
+            noise; 'resizers': its layer trained for LR made by a mix of resizers (the cards' ``resizers``; Y
+            consistent in training): give it the resizer as the operator.
         layer (bool): load the shipped layer; False builds the model for a layer the caller loads, which has a beta
             per noise level if ``beta_noise``.
     """
-    check_available(backbone, scale, backbone_path, kernels)
-    card = model_card(backbone, scale, kernels)
+    check_available(backbone, scale, backbone_path, family)
+    card = model_card(backbone, scale, family)
     start_file = card.get('start') if start and backbone_path is None else None
     layer_path = weight_path(card['layer']) if layer else None
     if layer_path:
@@ -179,4 +187,17 @@ def kernel_layers_table():
     for key, entry in MODELS['backbones'].items():
         for scale, card in entry.get('kernels', {}).items():
             rows.append(f"| MCNet + {entry['name']} (`{key}`) | x{scale} | `{card['layer']}` | {card['cbsd68']:.2f} |")
+    return '\n'.join(rows) + '\n'
+
+
+def resizer_layers_table():
+    """The cards of the layers trained on resizers (the cards' ``resizers``) as a Markdown table (str): backbone,
+    scale, file, the resizers mcnet-sr runs them for and their Y-PSNR on CBSD68 LR made by each (docs/degradations.md,
+    Table R)."""
+    rows = ['| model (`mcnet-sr --backbone ... --degradation`) | scale | layer | CBSD68 PSNR (Y) per resizer |',
+            '|---|---|---|---|']
+    for key, entry in MODELS['backbones'].items():
+        for scale, card in entry.get('resizers', {}).items():
+            scores = ', '.join(f'`{name}` {card["cbsd68"][name]:.2f}' for name in card['degradations'])
+            rows.append(f"| MCNet + {entry['name']} (`{key}`) | x{scale} | `{card['layer']}` | {scores} |")
     return '\n'.join(rows) + '\n'
