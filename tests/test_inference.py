@@ -677,7 +677,7 @@ def test_noise_widens_the_ball_to_its_radius(tmp_path, capsys):
     capsys.readouterr()
 
 
-def test_degradation_with_imdn_runs_its_layer_trained_on_resizers_where_its_card_says(tmp_path):
+def test_degradation_with_imdn_runs_its_layer_trained_on_resizers_where_its_card_says(tmp_path, capsys):
     """--backbone imdn --degradation at x4 runs the layer trained on resizers for the resizers its card lists (OpenCV's,
     where it beats the bicubic layer) and the bicubic layer for the others; the output is consistent with the resizer
     in R, G and B."""
@@ -704,7 +704,11 @@ def test_degradation_with_imdn_runs_its_layer_trained_on_resizers_where_its_card
             if name != '_extra_state':  # the record of backbone and scale, checked on loading
                 assert torch.equal(state[name], value), (degradation, name)
     out = tmp_path / 'out'
+    capsys.readouterr()
     assert cli(img, '-o', out, *common, '--degradation', 'cv2-cubic') == 0
+    # the run says which layer it runs, and what for
+    assert capsys.readouterr().out.splitlines()[0] == ('MCNet + IMDN x4: layer mcnet_imdn_resizers_x4.pth (trained for '
+                                                       'LR made by resizers), A = cv2-cubic')
     eps = (1 / 255) / np.sqrt(12) * np.sqrt(16 * 20)  # the uint8 level, per channel
     assert float(read_summary(out)[str(img)]['fidelity']) <= eps * (1 + 1e-6)
     # SRCNN has no layer trained on resizers: --degradation keeps its bicubic layer

@@ -81,7 +81,7 @@ from ..utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_
                                  to_array, write_atomic)
 from ..utils.progress import solver_progress
 from ..utils.tiling import global_ops, needs_tiling, tiles
-from ..zoo.pretrained import backbone_name, build_pretrained_mcnet, check_available, default_eps_rms
+from ..zoo.pretrained import backbone_name, build_pretrained_mcnet, check_available, default_eps_rms, model_card
 
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
 SUMMARY_FIELDS = ('run', 'input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
@@ -305,6 +305,21 @@ def measurement_name(args):
     return f'kernel {osp.basename(args.kernel)}{index}'
 
 
+# what the shipped layers of each family were trained for, as the run's first line says
+TRAINED_FOR = {'bicubic': 'MATLAB-bicubic LR', 'kernels': 'LR made by blur kernels and noise',
+               'resizers': 'LR made by resizers'}
+
+
+def model_line(args):
+    """The run's first console line: the model, the layer file it runs (and what it was trained for) and ``A``."""
+    if args.weights is None:
+        card = model_card(args.backbone, args.scale, args.layer_family)
+        layer = f"layer {card['layer']} (trained for {TRAINED_FOR[args.layer_family]})"
+    else:
+        layer = f'layer {args.weights}'
+    return f'MCNet + {backbone_name(args.backbone)} x{args.scale}: {layer}, A = {measurement_name(args)}'
+
+
 def check_kernel_fits(operator, h, w, scale):
     """ImageError where a blur kernel is larger than the output (HR) of an h x w input."""
     kernel = getattr(operator, 'kernel', None)
@@ -516,6 +531,7 @@ def run(args, models=None):
     model = prepare_model(args, device, models)
     operator = measurement(args, model)
     os.makedirs(args.output, exist_ok=True)
+    print(model_line(args), flush=True)
 
     rows, failed, skipped, out_names = [], 0, 0, {}
     run_started = time.strftime('%Y-%m-%dT%H:%M:%S%z')
