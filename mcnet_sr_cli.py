@@ -103,8 +103,8 @@ def build_parser():
                    'IMDN / PAN (x3, x4; give their weights with --backbone-weights); all but SRCNN keep ||Ax-b|| '
                    'within the uint8 quantisation level, see --eps-rms. With --kernel, IMDN (x2, x3, x4) and PAN (x4) '
                    'run their layers trained on blur kernels and noise; with --degradation cv2-area, cv2-linear, '
-                   'cv2-cubic (or pil-box, torch-bilinear-noaa, torch-bicubic-noaa) at x4, their layers trained on '
-                   'resizers')
+                   'cv2-cubic (or pil-box, torch-bilinear-noaa, torch-bicubic-noaa; PAN also pil-lanczos) at x4, their '
+                   'layers trained on resizers')
     p.add_argument('--backbone-weights', metavar='PATH',
                    help='checkpoint of the --backbone architecture (default: the shipped one)')
     p.add_argument('--weights', metavar='PATH',
