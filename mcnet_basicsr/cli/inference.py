@@ -81,7 +81,8 @@ from ..utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_
                                  to_array, write_atomic)
 from ..utils.progress import solver_progress
 from ..utils.tiling import global_ops, needs_tiling, tiles
-from ..zoo.pretrained import backbone_name, build_pretrained_mcnet, check_available, default_eps_rms, model_card
+from ..zoo.pretrained import (TRAINED_FOR, backbone_name, build_pretrained_mcnet, check_available, default_eps_rms,
+                              model_card)
 
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
 SUMMARY_FIELDS = ('run', 'input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
@@ -303,11 +304,6 @@ def measurement_name(args):
         return args.degradation
     index = '' if args.kernel_index is None else f' [{args.kernel_index}]'
     return f'kernel {osp.basename(args.kernel)}{index}'
-
-
-# what the shipped layers of each family were trained for, as the run's first line says
-TRAINED_FOR = {'bicubic': 'MATLAB-bicubic LR', 'kernels': 'LR made by blur kernels and noise',
-               'resizers': 'LR made by resizers'}
 
 
 def model_line(args):

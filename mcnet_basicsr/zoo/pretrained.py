@@ -96,8 +96,11 @@ def _official_weights(backbone):
     return any(card['backbone'] == 'official' for card in MODELS['backbones'][backbone]['models'].values())
 
 
-# what each family of layers was trained for, as the errors name it
-_TRAINED_FOR = {'kernels': ('blur kernels', '--kernel'), 'resizers': ('resizers', '--degradation')}
+# what each family of layers was trained for (as errors and mcnet-sr's first line name it), and the mcnet-sr option
+# that selects the families other than the tables' one
+TRAINED_FOR = {'bicubic': 'MATLAB-bicubic LR', 'kernels': 'LR made by blur kernels and noise',
+               'resizers': 'LR made by resizers'}
+_FAMILY_OPTION = {'kernels': '--kernel', 'resizers': '--degradation'}
 
 
 def check_available(backbone, scale, backbone_path=None, family='bicubic'):
@@ -109,12 +112,12 @@ def check_available(backbone, scale, backbone_path=None, family='bicubic'):
     entry = MODELS['backbones'][backbone]
     if family != 'bicubic' and model_card(backbone, scale, family) is None:
         shipped = ', '.join(f'{b} x{s}' for b, e in MODELS['backbones'].items() for s in e.get(family, {}))
-        raise ValueError(f'No MCNet layer trained on {_TRAINED_FOR[family][0]} ships for {backbone} at '
-                         f'x{scale}; layers exist for {shipped} (docs/degradations.md).')
+        raise ValueError(f'No MCNet layer trained for {TRAINED_FOR[family]} ships for {backbone} at x{scale}; '
+                         f'layers exist for {shipped} (docs/degradations.md).')
     if family == 'bicubic' and model_card(backbone, scale) is None:
         shipped = ' and '.join(f'x{s}' for s in entry['models'])
-        others = ''.join(f', and for LR made by {what} ({flag}) for {", ".join(f"x{s}" for s in entry[f])}'
-                         for f, (what, flag) in _TRAINED_FOR.items() if entry.get(f))
+        others = ''.join(f', and for {TRAINED_FOR[f]} ({flag}) for {", ".join(f"x{s}" for s in entry[f])}'
+                         for f, flag in _FAMILY_OPTION.items() if entry.get(f))
         raise ValueError(f'No MCNet layer ships for {backbone} at x{scale} (none that was trained gains over it: '
                          f'docs/strong_backbones.md); layers exist for {shipped}{others}.')
     if _official_weights(backbone) and backbone_path is None:
