@@ -25,7 +25,7 @@ def bench():
 @pytest.mark.slow
 def test_quick_run_writes_json_and_replaces_only_its_markdown_section(tmp_path):
     data = []
-    if not (REPO_ROOT / 'datasets' / 'Set5').is_dir():
+    if not (REPO_ROOT / 'datasets' / 'Set5' / 'HR_mod2').is_dir():  # not prepared (or not fetched) here
         data = ['--hr-root', str(shared_path('datasets'))]  # LR made from the HR images
     md = tmp_path / 'benchmarks.md'
     md.write_text('# Benchmarks\n\n## Operators\n\nkeep me\n\n<!-- benchmark:begin -->\nOLD\n<!-- benchmark:end -->\n'
