@@ -1,4 +1,5 @@
-"""Training pairs that satisfy the measurement model, the per-sample PSNR loss and the loss crop of MCNetModel."""
+"""Training pairs that satisfy the measurement model, the per-sample PSNR loss, the loss crop of MCNetModel and
+the EMA copy that its validation runs."""
 from types import SimpleNamespace
 
 import cv2
@@ -102,3 +103,26 @@ def test_loss_crop_border_leaves_the_patch_edges_out():
     torch.testing.assert_close(view(0, img), rgb_to_ycbcr(img)[:, :1])
     with pytest.raises(ValueError, match='leaves nothing'):
         view(6, img)
+
+
+def test_validation_runs_the_ema_network_that_its_checkpoint_holds():
+    """After an EMA step the EMA copy computes what the same weights loaded fresh compute: BasicSR averages through
+    ``param.data``, and a spectral-norm estimate of the weights before the step must not survive it."""
+    from mcnet_basicsr.archs.dncnn_arch import DnCNN
+    from mcnet_basicsr.models.protocol_sr_model import ProtocolSRModel
+
+    torch.manual_seed(0)
+    net_g, net_g_ema = DnCNN(num_feat=8, depth=3), DnCNN(num_feat=8, depth=3)
+    with torch.no_grad():
+        for p in net_g.parameters():
+            p.mul_(4.0)  # far outside the bound: the normalisation matters
+    x = torch.rand(1, 1, 16, 16)
+    net_g_ema.eval()(x)  # estimated on the weights before the step
+    model = ProtocolSRModel.__new__(ProtocolSRModel)  # the EMA step alone, without a training set-up
+    model.net_g, model.net_g_ema, model.opt = net_g, net_g_ema, {'dist': False}
+    model.model_ema(decay=0.5)
+    fresh = DnCNN(num_feat=8, depth=3).eval()
+    fresh.load_state_dict(net_g_ema.state_dict())
+    with torch.no_grad():
+        out, ref = net_g_ema(x), fresh(x)
+    assert torch.allclose(out, ref, atol=1e-6), float((out - ref).abs().max())

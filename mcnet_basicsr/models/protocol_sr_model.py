@@ -69,6 +69,16 @@ class ProtocolSRModel(SRModel):
             kwargs['info'] = info  # empty: wrappers (DDP) pass an empty dict on as it is
         return net(lq, **kwargs)
 
+    def model_ema(self, decay=0.999):
+        super().model_ema(decay)
+        # BasicSR averages through ``param.data``, which a weight's version counter does not see: a spectral-norm
+        # estimate of the EMA copy would otherwise still count as exact for the weights it was made on, and
+        # validation would run a network other than the checkpoint that ships. Forgotten, it is estimated again
+        # from the averaged weights at their next use, as a loaded checkpoint is.
+        for module in self.net_g_ema.modules():
+            if hasattr(module, 'reset_power_iteration'):
+                module.reset_power_iteration()
+
     def load_network(self, net, load_path, strict=True, param_key='params'):
         # path.pretrain_network_g: mcnet_basicsr/weights/<file> is the installed package's file from any folder
         super().load_network(net, resolve_path(load_path), strict, param_key)
