@@ -48,13 +48,15 @@ def model_card(backbone, scale, family='bicubic'):
 
 def layer_family(backbone, scale, degradation=None, kernel=None):
     """The family of the layer mcnet-sr runs for LR made by ``degradation`` (a resizer name) or a blur ``kernel``:
-    'kernels' with a kernel where such a layer ships, 'resizers' where the resizer layer's card lists the resizer
-    (those on which it beats the bicubic layer told the resizer, docs/degradations.md), else 'bicubic'."""
+    'kernels' with a kernel where such a layer ships; for a resizer, the family whose card lists it in
+    ``degradations`` (the resizers on which that layer is the best shipped one: docs/degradations.md, Table R), else
+    'bicubic'."""
     if kernel is not None and model_card(backbone, scale, 'kernels') is not None:
         return 'kernels'
-    card = model_card(backbone, scale, 'resizers')
-    if degradation is not None and card is not None and degradation in card['degradations']:
-        return 'resizers'
+    for family in ('resizers', 'kernels'):
+        card = model_card(backbone, scale, family)
+        if degradation is not None and card is not None and degradation in card.get('degradations', {}):
+            return family
     return 'bicubic'
 
 
@@ -103,8 +105,9 @@ def build_parser():
                    'IMDN / PAN (x3, x4; give their weights with --backbone-weights); all but SRCNN keep ||Ax-b|| '
                    'within the uint8 quantisation level, see --eps-rms. With --kernel, IMDN (x2, x3, x4) and PAN (x4) '
                    'run their layers trained on blur kernels and noise; with --degradation cv2-area, cv2-linear, '
-                   'cv2-cubic (or pil-box, torch-bilinear-noaa, torch-bicubic-noaa; PAN also pil-lanczos) at x4, their '
-                   'layers trained on resizers')
+                   'cv2-cubic (or pil-box, torch-bilinear-noaa, torch-bicubic-noaa; PAN x4 also pil-lanczos) at x2, '
+                   'x3 and x4, the best shipped layer for that resizer (trained on resizers or on blur kernels: '
+                   'the cards\' degradations)')
     p.add_argument('--backbone-weights', metavar='PATH',
                    help='checkpoint of the --backbone architecture (default: the shipped one)')
     p.add_argument('--weights', metavar='PATH',

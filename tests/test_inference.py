@@ -677,10 +677,9 @@ def test_noise_widens_the_ball_to_its_radius(tmp_path, capsys):
     capsys.readouterr()
 
 
-def test_degradation_with_imdn_runs_its_layer_trained_on_resizers_where_its_card_says(tmp_path, capsys):
-    """--backbone imdn --degradation at x4 runs the layer trained on resizers for the resizers its card lists (OpenCV's,
-    where it beats the bicubic layer) and the bicubic layer for the others; the output is consistent with the resizer
-    in R, G and B."""
+def test_degradation_with_imdn_runs_the_layer_its_cards_name(tmp_path, capsys):
+    """--backbone imdn --degradation at x4 runs the layer whose card lists the resizer (trained on resizers, for
+    OpenCV's) and the bicubic layer for the others; the output is consistent with the resizer in R, G and B."""
     import mcnet_sr_cli
     from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
     from mcnet_basicsr.cli.inference import prepare_model
@@ -690,7 +689,7 @@ def test_degradation_with_imdn_runs_its_layer_trained_on_resizers_where_its_card
     backbone = tmp_path / 'imdn_x4.pth'  # an IMDN x4 of the official architecture (the weights are third-party)
     torch.save({'params': build_network(backbone_options('imdn', 4)).state_dict()}, backbone)
     hr = photo('astronaut', 64, 80)
-    lr = build_degradation('cv2-cubic', 4)(torch.from_numpy(hr.astype(np.float64) / 255).permute(2, 0, 1)[None])
+    lr = build_degradation('cv2-area', 4)(torch.from_numpy(hr.astype(np.float64) / 255).permute(2, 0, 1)[None])
     img = write(tmp_path / 'a.png', np.rint(lr[0].permute(1, 2, 0).clamp(0, 1).numpy() * 255).astype(np.uint8))
     common = ['--scale', '4', '--backbone', 'imdn', '--backbone-weights', backbone]
     for degradation, family, layer in (('cv2-cubic', 'resizers', 'mcnet_imdn_resizers_x4.pth'),
@@ -705,15 +704,52 @@ def test_degradation_with_imdn_runs_its_layer_trained_on_resizers_where_its_card
                 assert torch.equal(state[name], value), (degradation, name)
     out = tmp_path / 'out'
     capsys.readouterr()
-    assert cli(img, '-o', out, *common, '--degradation', 'cv2-cubic') == 0
+    assert cli(img, '-o', out, *common, '--degradation', 'cv2-area') == 0
     # the run says which layer it runs, and what for
     assert capsys.readouterr().out.splitlines()[0] == ('MCNet + IMDN x4: layer mcnet_imdn_resizers_x4.pth (trained for '
-                                                       'LR made by resizers), A = cv2-cubic')
+                                                       'LR made by resizers), A = cv2-area')
     eps = (1 / 255) / np.sqrt(12) * np.sqrt(16 * 20)  # the uint8 level, per channel
     assert float(read_summary(out)[str(img)]['fidelity']) <= eps * (1 + 1e-6)
     # SRCNN has no layer trained on resizers: --degradation keeps its bicubic layer
     args = mcnet_sr_cli.parse_args([str(img), '-o', str(out), '--scale', '4', '--degradation', 'cv2-cubic'])
     assert args.layer_family == 'bicubic'
+
+
+def test_degradation_with_imdn_at_x2_runs_the_layer_trained_on_blur_kernels(tmp_path, capsys):
+    """At x2, where no bicubic layer ships, --backbone imdn --degradation cv2-cubic runs the layer trained on blur
+    kernels (its card lists OpenCV's resizers: the best shipped layer there), says so, and its output is consistent
+    with the resizer; a resizer no card lists is refused in one line, nothing written."""
+    import mcnet_sr_cli
+    from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
+    from mcnet_basicsr.cli.inference import prepare_model
+    from mcnet_basicsr.ops import build_degradation
+    from mcnet_basicsr.utils.registration import build_network
+    torch.manual_seed(0)
+    backbone = tmp_path / 'imdn_x2.pth'  # an IMDN x2 of the official architecture (the weights are third-party)
+    torch.save({'params': build_network(backbone_options('imdn', 2)).state_dict()}, backbone)
+    hr = photo('astronaut', 32, 40)
+    lr = build_degradation('cv2-cubic', 2)(torch.from_numpy(hr.astype(np.float64) / 255).permute(2, 0, 1)[None])
+    img = write(tmp_path / 'a.png', np.rint(lr[0].permute(1, 2, 0).clamp(0, 1).numpy() * 255).astype(np.uint8))
+    common = ['--scale', '2', '--backbone', 'imdn', '--backbone-weights', backbone]
+    args = mcnet_sr_cli.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common,
+                                                     '--degradation', 'cv2-cubic']])
+    assert args.layer_family == 'kernels'
+    state = prepare_model(args, torch.device('cpu'), models={}).state_dict()
+    for name, value in torch.load(weight_path('mcnet_imdn_kernels_x2.pth'), map_location='cpu')['params'].items():
+        if name != '_extra_state':
+            assert torch.equal(state[name], value), name
+    out = tmp_path / 'out'
+    capsys.readouterr()
+    assert cli(img, '-o', out, *common, '--degradation', 'cv2-cubic') == 0
+    assert capsys.readouterr().out.splitlines()[0] == ('MCNet + IMDN x2: layer mcnet_imdn_kernels_x2.pth (trained for '
+                                                       'LR made by blur kernels and noise), A = cv2-cubic')
+    eps = (1 / 255) / np.sqrt(12) * np.sqrt(16 * 20)
+    assert float(read_summary(out)[str(img)]['fidelity']) <= eps * (1 + 1e-6)
+    refused = tmp_path / 'refused'
+    assert cli(img, '-o', refused, *common, '--degradation', 'pil-bicubic') == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'No MCNet layer ships for imdn at x2' in err[0], err
+    assert not refused.exists()
 
 
 def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsys):

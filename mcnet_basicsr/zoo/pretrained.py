@@ -15,8 +15,9 @@ Set5/Set14 scores of each.
   and not shipped (``scripts/fetch_assets.py imdn pan``): pass their path as ``backbone_path``;
 * ``mcnet_imdn_kernels_x{2,3,4}.pth``, ``mcnet_pan_kernels_x4.pth``: layers on the official IMDN / PAN trained for
   LR made by blur kernels and noise, R, G and B each consistent (``family='kernels'``; ``docs/degradations.md``);
-* ``mcnet_{imdn,pan}_resizers_x4.pth``: layers on them trained for LR made by a mix of library resizers
-  (``family='resizers'``).
+* ``mcnet_imdn_resizers_x4.pth``, ``mcnet_pan_resizers_x{2,3,4}.pth``: layers on them trained for LR made by a mix
+  of library resizers (``family='resizers'``). The cards' ``degradations`` say which layer mcnet-sr runs for which
+  resizer (IMDN's at x2 / x3: its layers trained on blur kernels).
 
 ``weights/README.md`` records the option file, command, iterations and Set5 score of each file.
 """
@@ -194,13 +195,17 @@ def kernel_layers_table():
 
 
 def resizer_layers_table():
-    """The cards of the layers trained on resizers (the cards' ``resizers``) as a Markdown table (str): backbone,
-    scale, file, the resizers mcnet-sr runs them for and their Y-PSNR on CBSD68 LR made by each (docs/degradations.md,
-    Table R)."""
-    rows = ['| model (`mcnet-sr --backbone ... --degradation`) | scale | layer | CBSD68 PSNR (Y) per resizer |',
-            '|---|---|---|---|']
+    """The layers mcnet-sr runs for LR made by resizers (the cards with ``degradations``: those trained on resizers
+    and on blur kernels) as a Markdown table (str): backbone, scale, file, what it was trained for, the resizers
+    mcnet-sr runs it for and its Y-PSNR on CBSD68 LR made by each (docs/degradations.md, Table R)."""
+    rows = ['| model (`mcnet-sr --backbone ... --degradation`) | scale | layer | trained for | CBSD68 PSNR (Y) per '
+            'resizer |', '|---|---|---|---|---|']
     for key, entry in MODELS['backbones'].items():
-        for scale, card in entry.get('resizers', {}).items():
-            scores = ', '.join(f'`{name}` {card["cbsd68"][name]:.2f}' for name in card['degradations'])
-            rows.append(f"| MCNet + {entry['name']} (`{key}`) | x{scale} | `{card['layer']}` | {scores} |")
+        for scale in sorted({s for f in ('kernels', 'resizers') for s in entry.get(MODELS['families'][f], {})}):
+            for family in ('resizers', 'kernels'):
+                card = model_card(key, scale, family) or {}
+                if card.get('degradations'):
+                    scores = ', '.join(f'`{name}` {psnr:.2f}' for name, psnr in card['degradations'].items())
+                    rows.append(f"| MCNet + {entry['name']} (`{key}`) | x{scale} | `{card['layer']}` | "
+                                f'{TRAINED_FOR[family]} | {scores} |')
     return '\n'.join(rows) + '\n'
