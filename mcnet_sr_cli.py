@@ -53,9 +53,8 @@ def layer_family(backbone, scale, degradation=None, kernel=None):
     'bicubic'."""
     if kernel is not None and model_card(backbone, scale, 'kernels') is not None:
         return 'kernels'
-    for family in ('resizers', 'kernels'):
-        card = model_card(backbone, scale, family)
-        if degradation is not None and card is not None and degradation in card.get('degradations', {}):
+    for family in ('resizers', 'kernels') if degradation is not None else ():
+        if degradation in (model_card(backbone, scale, family) or {}).get('degradations', {}):
             return family
     return 'bicubic'
 

@@ -71,6 +71,15 @@ def shared_path(*parts):
     return path
 
 
+def resizer_table_cells():
+    """Every Table R cell of ``docs/records/resizer_table_*.json``, ``row|x<s>|resizer|set`` -> PSNR."""
+    import json
+    cells = {}
+    for path in (REPO_ROOT / 'docs' / 'records').glob('resizer_table_*.json'):
+        cells.update({k: c['psnr'] for k, c in json.loads(path.read_text())['cells'].items()})
+    return cells
+
+
 def sample_photo(name, size=None):
     """A real photo that scikit-image ships (no download): uint8 HxWx3 RGB, centre-cropped to ``size``."""
     from skimage import data

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from basicsr.archs import build_network
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-from conftest import sample_photo, shared_path
+from conftest import resizer_table_cells, sample_photo, shared_path
 from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
 from mcnet_basicsr.archs.imdn_arch import IMDN, _contrast
 from mcnet_basicsr.archs.pan_arch import PAN
@@ -219,19 +219,14 @@ def test_resizer_layer_beats_the_bicubic_layer_on_opencv_cubic_lr(name, scale):
     it (trained on resizers or on blur kernels, as the cards say) scores its Table R cell and beats by more than 1 dB
     the bicubic layer told the same (at x3 / x4) or the backbone alone (its record; at x2, where no bicubic layer
     ships); the outputs are consistent with the resizer to the uint8 level."""
-    import json
-
     import mcnet_sr_cli
-    from conftest import REPO_ROOT
     from mcnet_basicsr.data.degradations import degraded_lr_uint8
     from mcnet_basicsr.ops import build_degradation, eps_from_rms
     from mcnet_basicsr.utils.color import luma
     from mcnet_basicsr.zoo.pretrained import build_pretrained_mcnet, default_eps_rms, model_card
     folder = {'imdn': 'imdn_official', 'pan': 'pan_official'}[name]
     weights = shared_path('weights', folder, f'IMDN_x{scale}.pth' if name == 'imdn' else f'PANx{scale}_DF2K.pth')
-    cells = {}
-    for path in (REPO_ROOT / 'docs' / 'records').glob('resizer_table_*.json'):
-        cells.update({k: c['psnr'] for k, c in json.loads(path.read_text())['cells'].items()})
+    cells = resizer_table_cells()
     op = build_degradation('cv2-cubic', scale)
     scores = {}
     chosen = mcnet_sr_cli.layer_family(name, scale, degradation='cv2-cubic')

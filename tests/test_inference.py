@@ -677,20 +677,35 @@ def test_noise_widens_the_ball_to_its_radius(tmp_path, capsys):
     capsys.readouterr()
 
 
+def _imdn_and_resized_lr(tmp_path, scale, degradation, hr):
+    """An IMDN of the official architecture at ``scale`` with random weights (the real ones are third-party) saved in
+    ``tmp_path``, and the LR of ``hr`` made by ``degradation`` written as uint8: (backbone path, LR image path)."""
+    from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
+    from mcnet_basicsr.ops import build_degradation
+    from mcnet_basicsr.utils.registration import build_network
+    backbone = tmp_path / f'imdn_x{scale}.pth'
+    torch.save({'params': build_network(backbone_options('imdn', scale)).state_dict()}, backbone)
+    lr = build_degradation(degradation, scale)(torch.from_numpy(hr.astype(np.float64) / 255).permute(2, 0, 1)[None])
+    img = write(tmp_path / 'a.png', np.rint(lr[0].permute(1, 2, 0).clamp(0, 1).numpy() * 255).astype(np.uint8))
+    return backbone, img
+
+
+def _assert_runs_layer(args, layer):
+    """The model mcnet-sr builds for ``args`` holds the shipped ``layer``'s weights (its ``_extra_state``, the record of
+    backbone and scale, is checked on loading)."""
+    from mcnet_basicsr.cli.inference import prepare_model
+    state = prepare_model(args, torch.device('cpu'), models={}).state_dict()
+    for name, value in torch.load(weight_path(layer), map_location='cpu')['params'].items():
+        if name != '_extra_state':
+            assert torch.equal(state[name], value), (layer, name)
+
+
 def test_degradation_with_imdn_runs_the_layer_its_cards_name(tmp_path, capsys):
     """--backbone imdn --degradation at x4 runs the layer whose card lists the resizer (trained on resizers, for
     OpenCV's) and the bicubic layer for the others; the output is consistent with the resizer in R, G and B."""
     import mcnet_sr_cli
-    from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
-    from mcnet_basicsr.cli.inference import prepare_model
-    from mcnet_basicsr.ops import build_degradation
-    from mcnet_basicsr.utils.registration import build_network
     torch.manual_seed(0)
-    backbone = tmp_path / 'imdn_x4.pth'  # an IMDN x4 of the official architecture (the weights are third-party)
-    torch.save({'params': build_network(backbone_options('imdn', 4)).state_dict()}, backbone)
-    hr = photo('astronaut', 64, 80)
-    lr = build_degradation('cv2-area', 4)(torch.from_numpy(hr.astype(np.float64) / 255).permute(2, 0, 1)[None])
-    img = write(tmp_path / 'a.png', np.rint(lr[0].permute(1, 2, 0).clamp(0, 1).numpy() * 255).astype(np.uint8))
+    backbone, img = _imdn_and_resized_lr(tmp_path, 4, 'cv2-area', photo('astronaut', 64, 80))
     common = ['--scale', '4', '--backbone', 'imdn', '--backbone-weights', backbone]
     for degradation, family, layer in (('cv2-cubic', 'resizers', 'mcnet_imdn_resizers_x4.pth'),
                                        ('cv2-area', 'resizers', 'mcnet_imdn_resizers_x4.pth'),
@@ -698,10 +713,7 @@ def test_degradation_with_imdn_runs_the_layer_its_cards_name(tmp_path, capsys):
         args = mcnet_sr_cli.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common,
                                                          '--degradation', degradation]])
         assert args.layer_family == family and args.tol == 1e-4, degradation
-        state = prepare_model(args, torch.device('cpu'), models={}).state_dict()
-        for name, value in torch.load(weight_path(layer), map_location='cpu')['params'].items():
-            if name != '_extra_state':  # the record of backbone and scale, checked on loading
-                assert torch.equal(state[name], value), (degradation, name)
+        _assert_runs_layer(args, layer)
     out = tmp_path / 'out'
     capsys.readouterr()
     assert cli(img, '-o', out, *common, '--degradation', 'cv2-area') == 0
@@ -720,24 +732,13 @@ def test_degradation_with_imdn_at_x2_runs_the_layer_trained_on_blur_kernels(tmp_
     kernels (its card lists OpenCV's resizers: the best shipped layer there), says so, and its output is consistent
     with the resizer; a resizer no card lists is refused in one line, nothing written."""
     import mcnet_sr_cli
-    from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
-    from mcnet_basicsr.cli.inference import prepare_model
-    from mcnet_basicsr.ops import build_degradation
-    from mcnet_basicsr.utils.registration import build_network
     torch.manual_seed(0)
-    backbone = tmp_path / 'imdn_x2.pth'  # an IMDN x2 of the official architecture (the weights are third-party)
-    torch.save({'params': build_network(backbone_options('imdn', 2)).state_dict()}, backbone)
-    hr = photo('astronaut', 32, 40)
-    lr = build_degradation('cv2-cubic', 2)(torch.from_numpy(hr.astype(np.float64) / 255).permute(2, 0, 1)[None])
-    img = write(tmp_path / 'a.png', np.rint(lr[0].permute(1, 2, 0).clamp(0, 1).numpy() * 255).astype(np.uint8))
+    backbone, img = _imdn_and_resized_lr(tmp_path, 2, 'cv2-cubic', photo('astronaut', 32, 40))
     common = ['--scale', '2', '--backbone', 'imdn', '--backbone-weights', backbone]
     args = mcnet_sr_cli.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common,
                                                      '--degradation', 'cv2-cubic']])
     assert args.layer_family == 'kernels'
-    state = prepare_model(args, torch.device('cpu'), models={}).state_dict()
-    for name, value in torch.load(weight_path('mcnet_imdn_kernels_x2.pth'), map_location='cpu')['params'].items():
-        if name != '_extra_state':
-            assert torch.equal(state[name], value), name
+    _assert_runs_layer(args, 'mcnet_imdn_kernels_x2.pth')
     out = tmp_path / 'out'
     capsys.readouterr()
     assert cli(img, '-o', out, *common, '--degradation', 'cv2-cubic') == 0

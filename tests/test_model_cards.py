@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 import mcnet_sr_cli
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, resizer_table_cells
 from mcnet_basicsr.archs.backbone_presets_arch import BACKBONE_PRESETS
 from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS
 from mcnet_basicsr.zoo import pretrained
@@ -60,14 +60,6 @@ def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, s
     assert os.path.isfile(pretrained.weight_path(card['layer']))
 
 
-def _resizer_cells():
-    """Every Table R cell of the records, ``row|x<s>|resizer|set`` -> PSNR."""
-    cells = {}
-    for path in (REPO_ROOT / 'docs' / 'records').glob('resizer_table_*.json'):
-        cells.update({k: c['psnr'] for k, c in json.loads(path.read_text())['cells'].items()})
-    return cells
-
-
 def _same_operator(scale):
     """``name -> names`` of the resizers whose operator at ``scale`` is the same matrix (``test_ops_resizers``): a
     cell measured under one name stands for the others, the LR differing only in the libraries' rounding."""
@@ -76,16 +68,22 @@ def _same_operator(scale):
     return {n: {m for m in matrices if (matrices[m] == matrices[n]).all()} for n in matrices}
 
 
+def _cell_key(cells, row, scale, resizer, dataset, same):
+    """The key of the recorded cell of ``row`` on LR made by ``resizer``, or by a resizer with the same operator (its
+    own name first); None where none is recorded."""
+    keys = [f'{row}|x{scale}|{name}|{dataset}' for name in sorted(same[resizer], key=lambda n: n != resizer)]
+    return next((k for k in keys if k in cells), None)
+
+
 def _has(cells, row, scale, resizer, dataset, same):
-    return any(f'{row}|x{scale}|{name}|{dataset}' in cells for name in same[resizer])
+    return _cell_key(cells, row, scale, resizer, dataset, same) is not None
 
 
 def _cell(cells, row, scale, resizer, dataset, same):
-    """The recorded cell of ``row`` on LR made by ``resizer``, or by a resizer with the same operator."""
-    for name in sorted(same[resizer], key=lambda n: n != resizer):
-        if f'{row}|x{scale}|{name}|{dataset}' in cells:
-            return cells[f'{row}|x{scale}|{name}|{dataset}']
-    raise KeyError(f'{row}|x{scale}|{resizer}|{dataset}')
+    key = _cell_key(cells, row, scale, resizer, dataset, same)
+    if key is None:
+        raise KeyError(f'{row}|x{scale}|{resizer}|{dataset}')
+    return cells[key]
 
 
 @pytest.mark.parametrize('backbone, scale', RESIZER_CARDS)
@@ -110,7 +108,7 @@ def test_each_resizer_runs_the_best_shipped_layer_measured_and_cards_score_it(ba
     the bicubic layer told the resizer (the backbone alone where no bicubic layer ships) and the other family's row
     where that one is measured on the three sets; each listed score is the row's CBSD68 cell; ``layer_family`` follows
     the cards."""
-    cells, same = _resizer_cells(), _same_operator(scale)
+    cells, same = resizer_table_cells(), _same_operator(scale)
     base = f'mcnet_{backbone}@true' if model_card(backbone, scale) is not None else backbone
     rows = {f: f'mcnet_{backbone}_{f}@true' for f in ('kernels', 'resizers') if model_card(backbone, scale, f)}
     listed = {}
