@@ -677,14 +677,15 @@ def test_noise_widens_the_ball_to_its_radius(tmp_path, capsys):
     capsys.readouterr()
 
 
-def _imdn_and_resized_lr(tmp_path, scale, degradation, hr):
-    """An IMDN of the official architecture at ``scale`` with random weights (the real ones are third-party) saved in
-    ``tmp_path``, and the LR of ``hr`` made by ``degradation`` written as uint8: (backbone path, LR image path)."""
+def _imdn_and_resized_lr(tmp_path, scale, degradation, hr, net='imdn'):
+    """An IMDN (or ``net``) of the official architecture at ``scale`` with random weights (the real ones are
+    third-party) saved in ``tmp_path``, and the LR of ``hr`` made by ``degradation`` written as uint8: (backbone path,
+    LR image path)."""
     from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
     from mcnet_basicsr.ops import build_degradation
     from mcnet_basicsr.utils.registration import build_network
-    backbone = tmp_path / f'imdn_x{scale}.pth'
-    torch.save({'params': build_network(backbone_options('imdn', scale)).state_dict()}, backbone)
+    backbone = tmp_path / f'{net}_x{scale}.pth'
+    torch.save({'params': build_network(backbone_options(net, scale)).state_dict()}, backbone)
     lr = build_degradation(degradation, scale)(torch.from_numpy(hr.astype(np.float64) / 255).permute(2, 0, 1)[None])
     img = write(tmp_path / 'a.png', np.rint(lr[0].permute(1, 2, 0).clamp(0, 1).numpy() * 255).astype(np.uint8))
     return backbone, img
@@ -700,15 +701,16 @@ def _assert_runs_layer(args, layer):
             assert torch.equal(state[name], value), (layer, name)
 
 
-def test_degradation_with_imdn_runs_the_layer_its_cards_name(tmp_path, capsys):
-    """--backbone imdn --degradation at x4 runs the layer whose card lists the resizer (trained on resizers, for
-    OpenCV's) and the bicubic layer for the others; the output is consistent with the resizer in R, G and B."""
+def test_degradation_at_x4_runs_the_layer_its_cards_name(tmp_path, capsys):
+    """--degradation at x4 runs the layer whose card lists the resizer (IMDN: the one trained on blur kernels, for
+    OpenCV's resizers; PAN: the one trained on resizers, for Pillow's Lanczos) and the bicubic layer for the others;
+    the output is consistent with the resizer in R, G and B."""
     import mcnet_sr_cli
     torch.manual_seed(0)
     backbone, img = _imdn_and_resized_lr(tmp_path, 4, 'cv2-area', photo('astronaut', 64, 80))
     common = ['--scale', '4', '--backbone', 'imdn', '--backbone-weights', backbone]
-    for degradation, family, layer in (('cv2-cubic', 'resizers', 'mcnet_imdn_resizers_x4.pth'),
-                                       ('cv2-area', 'resizers', 'mcnet_imdn_resizers_x4.pth'),
+    for degradation, family, layer in (('cv2-cubic', 'kernels', 'mcnet_imdn_kernels_x4.pth'),
+                                       ('cv2-area', 'kernels', 'mcnet_imdn_kernels_x4.pth'),
                                        ('pil-bicubic', 'bicubic', 'mcnet_imdn_x4.pth')):
         args = mcnet_sr_cli.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common,
                                                          '--degradation', degradation]])
@@ -718,10 +720,16 @@ def test_degradation_with_imdn_runs_the_layer_its_cards_name(tmp_path, capsys):
     capsys.readouterr()
     assert cli(img, '-o', out, *common, '--degradation', 'cv2-area') == 0
     # the run says which layer it runs, and what for
-    assert capsys.readouterr().out.splitlines()[0] == ('MCNet + IMDN x4: layer mcnet_imdn_resizers_x4.pth (trained for '
-                                                       'LR made by resizers), A = cv2-area')
+    assert capsys.readouterr().out.splitlines()[0] == ('MCNet + IMDN x4: layer mcnet_imdn_kernels_x4.pth (trained for '
+                                                       'LR made by blur kernels and noise), A = cv2-area')
     eps = (1 / 255) / np.sqrt(12) * np.sqrt(16 * 20)  # the uint8 level, per channel
     assert float(read_summary(out)[str(img)]['fidelity']) <= eps * (1 + 1e-6)
+    pan, _ = _imdn_and_resized_lr(tmp_path, 4, 'pil-lanczos', photo('astronaut', 64, 80), net='pan')
+    args = mcnet_sr_cli.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', '--scale', '4',
+                                                     '--backbone', 'pan', '--backbone-weights', pan,
+                                                     '--degradation', 'pil-lanczos']])
+    assert args.layer_family == 'resizers'
+    _assert_runs_layer(args, 'mcnet_pan_resizers_x4.pth')
     # SRCNN has no layer trained on resizers: --degradation keeps its bicubic layer
     args = mcnet_sr_cli.parse_args([str(img), '-o', str(out), '--scale', '4', '--degradation', 'cv2-cubic'])
     assert args.layer_family == 'bicubic'

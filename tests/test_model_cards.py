@@ -89,7 +89,7 @@ def _cell(cells, row, scale, resizer, dataset, same):
 @pytest.mark.parametrize('backbone, scale', RESIZER_CARDS)
 def test_resizer_layers_are_shipped_and_load_as_their_test_options_do(backbone, scale):
     card = model_card(backbone, scale, 'resizers')
-    assert set(card) == {'layer', 'tol', 'extrapolation', 'degradations'}
+    assert {'layer', 'tol', 'extrapolation'} <= set(card) <= {'layer', 'tol', 'extrapolation', 'degradations'}
     assert isinstance(card['tol'], float) and 0 < card['tol'] < 1 and isinstance(card['extrapolation'], float)
     assert mcnet_sr_cli.model_card(backbone, scale, 'resizers') == card
     option = yaml.safe_load((REPO_ROOT / 'options' / f'test_mcnet_{backbone}_resizers_x{scale}.yml').read_text())
@@ -104,10 +104,10 @@ ROUTED = sorted({(b, s) for b, s in RESIZER_CARDS + KERNEL_CARDS})
 @pytest.mark.parametrize('backbone, scale', ROUTED)
 def test_each_resizer_runs_the_best_shipped_layer_measured_and_cards_score_it(backbone, scale):
     """The resizers a kernel or resizer card lists in ``degradations`` (those mcnet-sr --degradation runs its layer
-    for) are exactly the recorded ones on which its row (Table R, told the resizer) beats, on Set5, Set14 and CBSD68,
-    the bicubic layer told the resizer (the backbone alone where no bicubic layer ships) and the other family's row
-    where that one is measured on the three sets; each listed score is the row's CBSD68 cell; ``layer_family`` follows
-    the cards."""
+    for) are exactly the recorded ones on which its row (Table R, told the resizer) beats, on each of Set5, Set14 and
+    CBSD68, the bicubic layer told the resizer (the backbone alone where no bicubic layer ships), and whose mean over
+    the three sets is above the other family's row where that one is measured on the three sets; each listed score is
+    the row's CBSD68 cell; ``layer_family`` follows the cards."""
     cells, same = resizer_table_cells(), _same_operator(scale)
     base = f'mcnet_{backbone}@true' if model_card(backbone, scale) is not None else backbone
     rows = {f: f'mcnet_{backbone}_{f}@true' for f in ('kernels', 'resizers') if model_card(backbone, scale, f)}
@@ -119,14 +119,11 @@ def test_each_resizer_runs_the_best_shipped_layer_measured_and_cards_score_it(ba
         measured = {m for k in cells if k.startswith(f'{row}|x{scale}|') for m in same[k.split('|')[2]]}
         measured = {r for r in measured if all(_has(cells, row, scale, r, s, same) for s in SETS)}
         for resizer in sorted(measured):
-            wins = []
-            for s in SETS:
-                mine = _cell(cells, row, scale, resizer, s, same)
-                others = [_cell(cells, base, scale, resizer, s, same)]
-                for other in set(rows.values()) - {row}:
-                    if all(_has(cells, other, scale, resizer, t, same) for t in SETS):
-                        others.append(_cell(cells, other, scale, resizer, s, same))  # measured on every set
-                wins.append(all(mine > o for o in others))
+            mine = [_cell(cells, row, scale, resizer, s, same) for s in SETS]
+            wins = [m > _cell(cells, base, scale, resizer, s, same) for m, s in zip(mine, SETS)]
+            for other in set(rows.values()) - {row}:
+                if all(_has(cells, other, scale, resizer, s, same) for s in SETS):  # measured on every set
+                    wins.append(sum(mine) > sum(_cell(cells, other, scale, resizer, s, same) for s in SETS))
             assert (resizer in names) == all(wins), (family, resizer, wins)
         assert set(names) <= measured, (family, set(names) - measured)
         assert names == {r: round(_cell(cells, row, scale, r, 'CBSD68', same), 2) for r in names}, family

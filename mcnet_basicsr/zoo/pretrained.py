@@ -13,11 +13,11 @@ Set5/Set14 scores of each.
   quantisation level (``options/{train,test}_mcnet_{rcan,rdn}_compact_x*.yml``);
 * ``mcnet_{imdn,pan}_x{3,4}.pth``: the layers trained on the official IMDN / PAN, whose weights are third-party
   and not shipped (``scripts/fetch_assets.py imdn pan``): pass their path as ``backbone_path``;
-* ``mcnet_imdn_kernels_x{2,3,4}.pth``, ``mcnet_pan_kernels_x4.pth``: layers on the official IMDN / PAN trained for
-  LR made by blur kernels and noise, R, G and B each consistent (``family='kernels'``; ``docs/degradations.md``);
+* ``mcnet_{imdn,pan}_kernels_x{2,3,4}.pth``: layers on the official IMDN / PAN trained for LR made by blur kernels
+  and noise, R, G and B each consistent (``family='kernels'``; ``docs/degradations.md``);
 * ``mcnet_imdn_resizers_x4.pth``, ``mcnet_pan_resizers_x{2,3,4}.pth``: layers on them trained for LR made by a mix
   of library resizers (``family='resizers'``). The cards' ``degradations`` say which layer mcnet-sr runs for which
-  resizer (IMDN's at x2 / x3: its layers trained on blur kernels).
+  resizer (for OpenCV's: the layers trained on blur kernels).
 
 ``weights/README.md`` records the option file, command, iterations and Set5 score of each file.
 """
