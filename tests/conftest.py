@@ -71,13 +71,19 @@ def shared_path(*parts):
     return path
 
 
-def resizer_table_cells():
-    """Every Table R cell of ``docs/records/resizer_table_*.json``, ``row|x<s>|resizer|set`` -> PSNR."""
+def resizer_table_records():
+    """Every Table R cell of ``docs/records/resizer_table_*.json`` as recorded, ``row|x<s>|resizer|set`` -> its dict
+    (``psnr``, ``per_image``, ...)."""
     import json
     cells = {}
     for path in (REPO_ROOT / 'docs' / 'records').glob('resizer_table_*.json'):
-        cells.update({k: c['psnr'] for k, c in json.loads(path.read_text())['cells'].items()})
+        cells.update(json.loads(path.read_text())['cells'])
     return cells
+
+
+def resizer_table_cells():
+    """Every Table R cell, ``row|x<s>|resizer|set`` -> PSNR."""
+    return {k: c['psnr'] for k, c in resizer_table_records().items()}
 
 
 def sample_photo(name, size=None):
