@@ -738,7 +738,8 @@ def test_degradation_at_x4_runs_the_layer_its_cards_name(tmp_path, capsys):
 def test_degradation_with_imdn_at_x2_runs_the_layer_trained_on_blur_kernels(tmp_path, capsys):
     """At x2, where no bicubic layer ships, --backbone imdn --degradation cv2-cubic runs the layer trained on blur
     kernels (its card lists OpenCV's resizers: the best shipped layer there), says so, and its output is consistent
-    with the resizer; a resizer no card lists is refused in one line, nothing written."""
+    with the resizer; a resizer no card lists is refused in one line, nothing written. PAN at x2 / x3 runs its
+    layers trained on blur kernels too."""
     import mcnet_sr_cli
     torch.manual_seed(0)
     backbone, img = _imdn_and_resized_lr(tmp_path, 2, 'cv2-cubic', photo('astronaut', 32, 40))
@@ -747,6 +748,14 @@ def test_degradation_with_imdn_at_x2_runs_the_layer_trained_on_blur_kernels(tmp_
                                                      '--degradation', 'cv2-cubic']])
     assert args.layer_family == 'kernels'
     _assert_runs_layer(args, 'mcnet_imdn_kernels_x2.pth')
+    for scale in (2, 3):  # PAN's layers trained on blur kernels run there too
+        (tmp_path / f'pan{scale}').mkdir()
+        pan, lr = _imdn_and_resized_lr(tmp_path / f'pan{scale}', scale, 'cv2-cubic', photo('astronaut', 48, 60), 'pan')
+        args = mcnet_sr_cli.parse_args([str(a) for a in [lr, '-o', tmp_path / 'o', '--device', 'cpu', '--scale', scale,
+                                                         '--backbone', 'pan', '--backbone-weights', pan,
+                                                         '--degradation', 'cv2-cubic']])
+        assert args.layer_family == 'kernels', scale
+        _assert_runs_layer(args, f'mcnet_pan_kernels_x{scale}.pth')
     out = tmp_path / 'out'
     capsys.readouterr()
     assert cli(img, '-o', out, *common, '--degradation', 'cv2-cubic') == 0
