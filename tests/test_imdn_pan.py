@@ -15,7 +15,7 @@ from mcnet_basicsr.archs.imdn_arch import IMDN, _contrast
 from mcnet_basicsr.archs.pan_arch import PAN
 from mcnet_basicsr.metrics import y_uint8_metrics
 from mcnet_basicsr.utils import rgb_to_ycbcr
-from mcnet_basicsr.utils.images import bicubic_lr
+from mcnet_basicsr.utils.images import bicubic_lr, mod_crop, read_hr
 
 # the authors' releases (../shared/weights/MANIFEST.md): parameter count and a few (name, shape) pairs per scale
 IMDN_RELEASE = {2: (92, {'upsampler.0.weight': (12, 64, 3, 3), 'c.0.weight': (64, 384, 1, 1),
@@ -90,14 +90,15 @@ def _official(name, scale):
     return net.eval()
 
 
+def _set5_hr(scale, names=None):
+    """Set5's HR images (all, or ``names``), mod-cropped to ``scale``, read as the tables read them."""
+    folder = shared_path('datasets', 'Set5', 'HR')
+    paths = sorted(folder.glob('*.png')) if names is None else [folder / n for n in names]
+    return [mod_crop(read_hr(str(path)), scale) for path in paths]
+
+
 def _set5(scale):
-    import cv2
-    images = []
-    for path in sorted(shared_path('datasets', 'Set5', 'HR').glob('*.png')):
-        hr = cv2.imread(str(path), cv2.IMREAD_COLOR)
-        hr = hr[:hr.shape[0] - hr.shape[0] % scale, :hr.shape[1] - hr.shape[1] % scale]
-        images.append((hr, bicubic_lr(hr, scale)))
-    return images
+    return [(hr, bicubic_lr(hr, scale)) for hr in _set5_hr(scale)]
 
 
 @pytest.mark.slow
@@ -220,8 +221,6 @@ def test_resizer_layer_beats_the_bicubic_layer_on_opencv_cubic_lr(name, scale):
     Table R cell records it (to 0.02 dB, the cells having come from other machines), more than 1 dB above the bicubic
     layer told the same (at x3 / x4) or the backbone alone (at x2, where no bicubic layer ships) in the same record;
     the outputs are consistent with the resizer to the uint8 level."""
-    import cv2
-
     import mcnet_sr_cli
     from mcnet_basicsr.data.degradations import degraded_lr_uint8
     from mcnet_basicsr.ops import build_degradation, eps_from_rms
@@ -238,9 +237,8 @@ def test_resizer_layer_beats_the_bicubic_layer_on_opencv_cubic_lr(name, scale):
                   else f'{name}|x{scale}|cv2-cubic|Set5']['per_image']
     model = build_pretrained_mcnet(scale, backbone_path=str(weights), backbone=name, eps_rms=default_eps_rms(name),
                                    family=chosen, solver={'tol': 1e-4, 'max_iter': 100})
-    for image in ('butterfly.png', 'woman.png'):
-        hr = cv2.imread(str(shared_path('datasets', 'Set5', 'HR', image)), cv2.IMREAD_COLOR)
-        hr = hr[:hr.shape[0] - hr.shape[0] % scale, :hr.shape[1] - hr.shape[1] % scale]
+    images = ('butterfly.png', 'woman.png')
+    for image, hr in zip(images, _set5_hr(scale, images)):
         lr = degraded_lr_uint8(op, hr)[..., ::-1].transpose(2, 0, 1).astype(np.float32) / 255
         x = torch.from_numpy(np.ascontiguousarray(lr))[None]
         with torch.no_grad():

@@ -677,8 +677,8 @@ def test_noise_widens_the_ball_to_its_radius(tmp_path, capsys):
     capsys.readouterr()
 
 
-def _imdn_and_resized_lr(tmp_path, scale, degradation, hr, net='imdn'):
-    """An IMDN (or ``net``) of the official architecture at ``scale`` with random weights (the real ones are
+def _backbone_and_resized_lr(tmp_path, scale, degradation, hr, net='imdn'):
+    """An IMDN (or another ``net``) of the official architecture at ``scale`` with random weights (the real ones are
     third-party) saved in ``tmp_path``, and the LR of ``hr`` made by ``degradation`` written as uint8: (backbone path,
     LR image path)."""
     from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
@@ -707,7 +707,7 @@ def test_degradation_at_x4_runs_the_layer_its_cards_name(tmp_path, capsys):
     the output is consistent with the resizer in R, G and B."""
     import mcnet_sr_cli
     torch.manual_seed(0)
-    backbone, img = _imdn_and_resized_lr(tmp_path, 4, 'cv2-area', photo('astronaut', 64, 80))
+    backbone, img = _backbone_and_resized_lr(tmp_path, 4, 'cv2-area', photo('astronaut', 64, 80))
     common = ['--scale', '4', '--backbone', 'imdn', '--backbone-weights', backbone]
     for degradation, family, layer in (('cv2-cubic', 'kernels', 'mcnet_imdn_kernels_x4.pth'),
                                        ('cv2-area', 'kernels', 'mcnet_imdn_kernels_x4.pth'),
@@ -724,7 +724,7 @@ def test_degradation_at_x4_runs_the_layer_its_cards_name(tmp_path, capsys):
                                                        'LR made by blur kernels and noise), A = cv2-area')
     eps = (1 / 255) / np.sqrt(12) * np.sqrt(16 * 20)  # the uint8 level, per channel
     assert float(read_summary(out)[str(img)]['fidelity']) <= eps * (1 + 1e-6)
-    pan, _ = _imdn_and_resized_lr(tmp_path, 4, 'pil-lanczos', photo('astronaut', 64, 80), net='pan')
+    pan, _ = _backbone_and_resized_lr(tmp_path, 4, 'pil-lanczos', photo('astronaut', 64, 80), net='pan')
     args = mcnet_sr_cli.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', '--scale', '4',
                                                      '--backbone', 'pan', '--backbone-weights', pan,
                                                      '--degradation', 'pil-lanczos']])
@@ -742,7 +742,7 @@ def test_degradation_with_imdn_at_x2_runs_the_layer_trained_on_blur_kernels(tmp_
     layers trained on blur kernels too."""
     import mcnet_sr_cli
     torch.manual_seed(0)
-    backbone, img = _imdn_and_resized_lr(tmp_path, 2, 'cv2-cubic', photo('astronaut', 32, 40))
+    backbone, img = _backbone_and_resized_lr(tmp_path, 2, 'cv2-cubic', photo('astronaut', 32, 40))
     common = ['--scale', '2', '--backbone', 'imdn', '--backbone-weights', backbone]
     args = mcnet_sr_cli.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common,
                                                      '--degradation', 'cv2-cubic']])
@@ -750,7 +750,8 @@ def test_degradation_with_imdn_at_x2_runs_the_layer_trained_on_blur_kernels(tmp_
     _assert_runs_layer(args, 'mcnet_imdn_kernels_x2.pth')
     for scale in (2, 3):  # PAN's layers trained on blur kernels run there too
         (tmp_path / f'pan{scale}').mkdir()
-        pan, lr = _imdn_and_resized_lr(tmp_path / f'pan{scale}', scale, 'cv2-cubic', photo('astronaut', 48, 60), 'pan')
+        pan, lr = _backbone_and_resized_lr(tmp_path / f'pan{scale}', scale, 'cv2-cubic', photo('astronaut', 48, 60),
+                                           net='pan')
         args = mcnet_sr_cli.parse_args([str(a) for a in [lr, '-o', tmp_path / 'o', '--device', 'cpu', '--scale', scale,
                                                          '--backbone', 'pan', '--backbone-weights', pan,
                                                          '--degradation', 'cv2-cubic']])
