@@ -86,6 +86,14 @@ def resizer_table_cells():
     return {k: c['psnr'] for k, c in resizer_table_records().items()}
 
 
+def same_operator_resizers(scale):
+    """``name -> names`` of the resizers whose operator at ``scale`` is the same matrix (``test_ops_resizers``): a
+    cell measured under one name stands for the others, the LR differing only in the libraries' rounding."""
+    from mcnet_basicsr.ops import DEGRADATIONS, build_degradation
+    matrices = {n: build_degradation(n, scale).axis_matrix(12 * scale) for n in DEGRADATIONS}
+    return {n: {m for m in matrices if (matrices[m] == matrices[n]).all()} for n in matrices}
+
+
 def sample_photo(name, size=None):
     """A real photo that scikit-image ships (no download): uint8 HxWx3 RGB, centre-cropped to ``size``."""
     from skimage import data

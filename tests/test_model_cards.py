@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 import mcnet_sr_cli
-from conftest import REPO_ROOT, resizer_table_cells
+from conftest import REPO_ROOT, resizer_table_cells, same_operator_resizers
 from mcnet_basicsr.archs.backbone_presets_arch import BACKBONE_PRESETS
 from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS
 from mcnet_basicsr.zoo import pretrained
@@ -60,14 +60,6 @@ def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, s
     assert os.path.isfile(pretrained.weight_path(card['layer']))
 
 
-def _same_operator(scale):
-    """``name -> names`` of the resizers whose operator at ``scale`` is the same matrix (``test_ops_resizers``): a
-    cell measured under one name stands for the others, the LR differing only in the libraries' rounding."""
-    from mcnet_basicsr.ops import build_degradation
-    matrices = {n: build_degradation(n, scale).axis_matrix(12 * scale) for n in mcnet_sr_cli.DEGRADATIONS}
-    return {n: {m for m in matrices if (matrices[m] == matrices[n]).all()} for n in matrices}
-
-
 def _cell_key(cells, row, scale, resizer, dataset, same):
     """The key of the recorded cell of ``row`` on LR made by ``resizer``, or by a resizer with the same operator (its
     own name first); None where none is recorded."""
@@ -108,7 +100,7 @@ def test_each_resizer_runs_the_best_shipped_layer_measured_and_cards_score_it(ba
     CBSD68, the bicubic layer told the resizer (the backbone alone where no bicubic layer ships), and whose mean over
     the three sets is above the other family's row where that one is measured on the three sets; each listed score is
     the row's CBSD68 cell; ``layer_family`` follows the cards."""
-    cells, same = resizer_table_cells(), _same_operator(scale)
+    cells, same = resizer_table_cells(), same_operator_resizers(scale)
     base = f'mcnet_{backbone}@true' if model_card(backbone, scale) is not None else backbone
     rows = {f: f'mcnet_{backbone}_{f}@true' for f in ('kernels', 'resizers') if model_card(backbone, scale, f)}
     listed = {}

@@ -1,0 +1,86 @@
+"""The tables of ``docs/degradations.md`` against the records they come from: Table K is the rendering of the
+``docs/records/kernel_table_*.json`` records, and every number of a Table R table is a recorded cell of its column."""
+import json
+import re
+from collections import defaultdict
+
+import pytest
+
+from conftest import REPO_ROOT, same_operator_resizers
+from mcnet_basicsr.evaluation.kernel_table import render
+
+DOC = REPO_ROOT / 'docs' / 'degradations.md'
+RECORDS = REPO_ROOT / 'docs' / 'records'
+# a Table R table: its header names the scale and (unless each row does) the sets, then the resizers
+HEADER = re.compile(r'^\| x(\d)(?:, ([A-Za-z0-9 /]+))? \| (.*) \|$')
+BACKBONES = {'IMDN': 'imdn', 'PAN': 'pan'}
+
+
+def test_table_k_in_the_docs_is_the_records_rendered():
+    """``scripts/kernel_table.py --render docs/records/kernel_table_*.json`` (the shell's sorted order: a later record's
+    cell replaces an earlier one's) is in the docs as it is."""
+    table = render([str(p) for p in sorted(RECORDS.glob('kernel_table_*.json'))],
+                   str(RECORDS / 'usrnet_table1_published.tsv'))
+    doc = DOC.read_text()
+    missing = [line for line in table.splitlines() if line.startswith('| ') and line not in doc.splitlines()]
+    assert not missing, missing
+
+
+def _table_r_numbers(lines):
+    """``(line number, row label, scale, resizer, set, text)`` of every cell of the Table R tables of ``lines``."""
+    i = 0
+    while i < len(lines):
+        match = HEADER.match(lines[i])
+        if not (match and i + 1 < len(lines) and lines[i + 1].startswith('|---')):
+            i += 1
+            continue
+        scale, header_sets = int(match.group(1)), match.group(2)
+        resizers = [r.strip() for r in match.group(3).split('|')]
+        i += 2
+        while i < len(lines) and lines[i].startswith('| '):
+            label, *values = [p.strip() for p in lines[i].strip('|').split('|')]
+            sets = header_sets
+            if sets is None:  # the row names its sets: "PAN alone, Set5 / Set14"
+                label, sets = label.rsplit(', ', 1)
+            assert len(values) == len(resizers), (i + 1, lines[i])
+            for resizer, value in zip(resizers, values):
+                texts = value.replace('*', '').split('/')
+                assert len(texts) == len(sets.split('/')), (i + 1, lines[i])
+                for dataset, text in zip(sets.split('/'), texts):
+                    yield i + 1, label, scale, resizer, dataset.strip(), text.strip()
+            i += 1
+
+
+def test_table_r_numbers_in_the_docs_are_recorded_cells():
+    """Each PSNR of a Table R table is, to its two decimals, a cell of ``docs/records/resizer_table_*.json`` of the
+    same scale, set and resizer (or a resizer with the same operator at that scale) and a row of the same backbone."""
+    recorded = defaultdict(set)  # (scale, resizer, set) -> {(row, 'psnr to 2 decimals')}, over every record
+    for path in RECORDS.glob('resizer_table_*.json'):
+        for key, cell in json.loads(path.read_text())['cells'].items():
+            row, scale, resizer, dataset = key.split('|')
+            recorded[int(scale[1:]), resizer, dataset].add((row, f'{cell["psnr"]:.2f}'))
+    same = {s: same_operator_resizers(s) for s in (2, 3, 4)}
+    cells = list(_table_r_numbers(DOC.read_text().splitlines()))
+    assert len(cells) > 500  # the tables were found
+    wrong = []
+    for line, label, scale, resizer, dataset, text in cells:
+        if text == '-':
+            continue  # not measured
+        backbone = next((v for k, v in BACKBONES.items() if k in label), '')
+        assert re.fullmatch(r'\d+\.\d\d', text), (line, label, text)
+        found = any(value == text and backbone in row for name in same[scale][resizer]
+                    for row, value in recorded[scale, name, dataset])
+        if not found:
+            wrong.append((line, label, resizer, dataset, text))
+    assert not wrong, wrong
+
+
+LAYOUTS = [('| x4, Set5 / Set14 | cv2-area |\n|---|---|\n| IMDN alone | 30.10 / 26.60 |',
+            [(3, 'IMDN alone', 4, 'cv2-area', 'Set5', '30.10'), (3, 'IMDN alone', 4, 'cv2-area', 'Set14', '26.60')]),
+           ('| x2 | cv2-area |\n|---|---|\n| PAN alone, CBSD68 | 30.43 |',
+            [(3, 'PAN alone', 2, 'cv2-area', 'CBSD68', '30.43')])]
+
+
+@pytest.mark.parametrize('text, expected', LAYOUTS)
+def test_table_r_parser_reads_both_layouts(text, expected):
+    assert list(_table_r_numbers(text.splitlines())) == expected
