@@ -29,6 +29,9 @@ def parse_args(argv):
     p.add_argument('--tol', type=float, default=1e-5, help="MCNet's forward tolerance (default 1e-5)")
     p.add_argument('--max-iter', type=int, default=200, help="MCNet's forward iteration cap (default 200)")
     p.add_argument('--device', default='auto')
+    p.add_argument('--tf32', action='store_true',
+                   help="convolutions in TF32 on NVIDIA GPUs (cells record it), for rows of fixed iterations (pnp, a "
+                   "backbone alone): MCNet's solves stop short of their tolerance in TF32. Default: float32")
     p.add_argument('--time-limit', type=float, default=None, metavar='S',
                    help='start no new cell after S seconds (the record keeps what is done; run again to go on)')
     p.add_argument('--data', default='datasets', help='folder with CBSD68/HR and kernels/kernels_12.mat')

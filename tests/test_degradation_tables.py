@@ -41,9 +41,11 @@ def test_kernel_table_cell_is_the_protocols_psnr_and_renders(data, monkeypatch):
     from mcnet_basicsr.evaluation.kernel_table import measure, render
     monkeypatch.chdir(REPO_ROOT)  # option files are read from options/
     out = data / 'k.json'
+    monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', torch.backends.cudnn.allow_tf32)  # restored after
     measure(SimpleNamespace(rows=['bicubic'], families=['x3'], kernels=[2], images=None, batch=2, tol=1e-4,
-                            max_iter=5, device='cpu', data=str(data), out=str(out), time_limit=None))
+                            max_iter=5, device='cpu', data=str(data), out=str(out), time_limit=None, tf32=False))
     cell = json.loads(out.read_text())['cells']['bicubic|x3|k2']
+    assert 'tf32' not in cell and not torch.backends.cudnn.allow_tf32
     k = gaussian_kernel(25, 0.9).astype(np.float32).astype(np.float64)
     psnrs = []
     for name in ('astronaut', 'coffee'):
@@ -56,6 +58,14 @@ def test_kernel_table_cell_is_the_protocols_psnr_and_renders(data, monkeypatch):
     published = REPO_ROOT / 'docs' / 'records' / 'usrnet_table1_published.tsv'
     table = render([str(out)], str(published))
     assert '| USRNet (published) | 27.16 | 27.76 |' in table and '| bicubic | - | ' in table
+    # --tf32: cuDNN's convolutions only (the separable projections' matrix products stay float32), and the cells say so
+    monkeypatch.setattr(torch.backends.cuda.matmul, 'allow_tf32', torch.backends.cuda.matmul.allow_tf32)
+    measure(SimpleNamespace(rows=['bicubic'], families=['x3'], kernels=[2], images=None, batch=2, tol=1e-4,
+                            max_iter=5, device='cpu', data=str(data), out=str(data / 'k32.json'), time_limit=None,
+                            tf32=True))
+    cell32 = json.loads((data / 'k32.json').read_text())['cells']['bicubic|x3|k2']
+    assert cell32['tf32'] is True and cell32['psnr'] == cell['psnr']  # no TF32 on a CPU
+    assert torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
 
 
 def test_resizer_table_cell_is_the_librarys_lr_upsampled(data, monkeypatch):

@@ -19,10 +19,12 @@ FAMILIES = {'x2': (2, 0.0), 'x3': (3, 0.0), 'x3_n2.55': (3, 2.55), 'x3_n7.65': (
 CONSISTENT = ('MCNetArch', 'PnPADMM', 'TVTV')
 
 
-def build_row(row, scale, device, tol, max_iter, channels='rgb'):
+def build_row(row, scale, device, tol, max_iter, channels='rgb', tf32=False):
     """The network of ``options/test_<row>_x<scale>.yml`` with its weights, and whether it is told the measurement;
     ``(None, None)`` where that file or its trained weights do not exist. Consistent methods are made consistent on
-    ``channels`` ('rgb', the kernel literature's; 'y', the tables')."""
+    ``channels`` ('rgb', the kernel literature's; 'y', the tables'). Convolutions run in float32, or in TF32 with
+    ``tf32`` (cuDNN's TensorFloat-32: faster on NVIDIA GPUs; matrix products, and so the separable projections, stay
+    float32)."""
     import copy
 
     import torch
@@ -47,7 +49,7 @@ def build_row(row, scale, device, tol, max_iter, channels='rgb'):
             net_opt.setdefault('settings', {})['solver'] = {'forward': {'tol': tol, 'max_iter': max_iter}}
     net = build_network(net_opt)
     load_weights(net, opt.get('path') or {})
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = bool(tf32), False
     return net.to(device).eval(), consistent
 
 
@@ -144,7 +146,7 @@ def measure(args):
             todo = [k for k in args.kernels if f'{row}|{fam}|k{k}' not in cells]
             if not todo:
                 continue
-            net, consistent = build_row(row, scale, device, args.tol, args.max_iter)
+            net, consistent = build_row(row, scale, device, args.tol, args.max_iter, tf32=args.tf32)
             if net is None:
                 print(f'{row} {fam}: no options/test_{row}_x{scale}.yml or no weights it names, skipped', flush=True)
                 continue
@@ -164,7 +166,7 @@ def measure(args):
                 its = float(np.mean(cell['iterations'])) if cell['iterations'] else None
                 cells[f'{row}|{fam}|k{k}'] = dict(psnr=psnr, images=len(cell['psnr']), seconds=seconds,
                                                   iterations=its, fidelity_max=cell['fidelity_max'],
-                                                  per_image=cell['psnr'])
+                                                  per_image=cell['psnr'], **({'tf32': True} if args.tf32 else {}))
                 print(f'{row:>12} {fam:>9} k{k:<2} {psnr:.3f} dB  {len(cell["psnr"])} images  {seconds:.1f} s'
                       + (f'  {its:.1f} it' if its else '') + (f'  max||Ax-b|| {cell["fidelity_max"]:.2e}'
                                                               if consistent else ''), flush=True)
