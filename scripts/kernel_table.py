@@ -30,8 +30,8 @@ def parse_args(argv):
     p.add_argument('--max-iter', type=int, default=200, help="MCNet's forward iteration cap (default 200)")
     p.add_argument('--device', default='auto')
     p.add_argument('--tf32', action='store_true',
-                   help="convolutions in TF32 on NVIDIA GPUs (cells record it), for rows of fixed iterations (pnp, a "
-                   "backbone alone): MCNet's solves stop short of their tolerance in TF32. Default: float32")
+                   help='convolutions in TF32 on NVIDIA GPUs (cells record it), for rows of fixed iterations (pnp, a '
+                   'backbone alone; an MCNet row is refused). Default: float32')
     p.add_argument('--time-limit', type=float, default=None, metavar='S',
                    help='start no new cell after S seconds (the record keeps what is done; run again to go on)')
     p.add_argument('--data', default='datasets', help='folder with CBSD68/HR and kernels/kernels_12.mat')
@@ -47,6 +47,9 @@ def parse_args(argv):
         p.error('--crops needs --rows and --image')
     if not args.render and not args.crops and not (args.rows and args.out):
         p.error('give --rows and --out to measure, --render JSON, or --crops PNG')
+    if args.tf32 and any(row.startswith('mcnet_') for row in args.rows):
+        p.error('--tf32 is for rows of fixed iterations (pnp, a backbone alone): an MCNet layer runs its solve in '
+                'float32')
     if any(not 1 <= k <= 12 for k in args.kernels):
         p.error(f'--kernels are 1..12, got {args.kernels}')
     return args

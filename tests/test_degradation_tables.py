@@ -11,7 +11,7 @@ import pytest
 import scipy.io
 import torch
 
-from conftest import REPO_ROOT, sample_photo
+from conftest import REPO_ROOT, load_script, sample_photo
 from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_mod_crop
 from mcnet_basicsr.data.kernel_family import gaussian_kernel
 from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
@@ -38,7 +38,7 @@ def data(tmp_path):
 def test_kernel_table_cell_is_the_protocols_psnr_and_renders(data, monkeypatch):
     from scipy import ndimage
 
-    from mcnet_basicsr.evaluation.kernel_table import measure, render
+    from mcnet_basicsr.evaluation.kernel_table import build_row, measure, render
     monkeypatch.chdir(REPO_ROOT)  # option files are read from options/
     out = data / 'k.json'
     monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', torch.backends.cudnn.allow_tf32)  # restored after
@@ -66,6 +66,14 @@ def test_kernel_table_cell_is_the_protocols_psnr_and_renders(data, monkeypatch):
     cell32 = json.loads((data / 'k32.json').read_text())['cells']['bicubic|x3|k2']
     assert cell32['tf32'] is True and cell32['psnr'] == cell['psnr']  # no TF32 on a CPU
     assert torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    with pytest.raises(ValueError, match='fixed iterations'):  # an MCNet layer keeps its float32 solve
+        build_row('mcnet_srcnn', 2, torch.device('cpu'), 1e-4, 5, tf32=True)
+
+
+def test_kernel_table_script_refuses_tf32_for_mcnet_rows(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        load_script('kernel_table').main(['--rows', 'pnp', 'mcnet_imdn', '--tf32', '--out', str(tmp_path / 'k')])
+    assert 'fixed iterations' in capsys.readouterr().err and not (tmp_path / 'k').exists()
 
 
 def test_resizer_table_cell_is_the_librarys_lr_upsampled(data, monkeypatch):

@@ -41,6 +41,9 @@ def build_row(row, scale, device, tol, max_iter, channels='rgb', tf32=False):
     if weights and not osp.isfile(weights):  # e.g. no layer ships for this backbone at this scale
         return None, None
     net_opt = copy.deepcopy(opt['network_g'])
+    if tf32 and net_opt['type'] == 'MCNetArch':
+        raise ValueError(f'{row}: TF32 is for rows of fixed iterations; an MCNet layer runs its solve in float32 (its '
+                         'settings.allow_tf32), where TF32 would stop it short of its tolerance')
     consistent = net_opt['type'] in CONSISTENT
     if consistent:
         net_opt.pop('eps', None)
