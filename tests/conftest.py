@@ -203,11 +203,9 @@ def tiny_layer_options(ckpt, forward, backward, **kw):
 def one_intra_op_thread():
     """Test tensors are small: one thread is as fast, and immune to the OpenMP spin-waits that make
     multi-threaded tiny ops 10-100x slower when other processes share the (2-core) machine."""
-    import torch
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    from mcnet_basicsr.utils.precision import num_threads
+    with num_threads(1):
+        yield
 
 
 @pytest.fixture

@@ -38,14 +38,6 @@ SET5_BICUBIC = {2: 33.68, 3: 30.40, 4: 28.43}  # DESIGN.md's figures
 SET5_BICUBIC_Y_UINT8 = {2: 33.66, 3: 30.39, 4: 28.42}  # the literature's figures
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_intra_op_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def lr_of(hr, scale):
     """LR exactly as the evaluation data: MATLAB bicubic of the RGB HR, rounded to uint8 (RGB uint8 in, out)."""
     return np.clip(np.round(imresize_basicsr(hr / 255.0, 1 / scale) * 255), 0, 255).astype(np.uint8)

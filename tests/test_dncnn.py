@@ -12,6 +12,7 @@ import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo, shared_path
 from mcnet_basicsr.archs.dncnn_arch import (DnCNN, _SpectralNormConv2d, convert_dncnn_state_dict,
                                             jacobian_spectral_norm, load_dncnn)
+from mcnet_basicsr.utils.precision import num_threads
 
 DT = torch.float64
 LIP = 0.9
@@ -263,13 +264,9 @@ def test_exact_estimate_runs_its_cpu_eigenproblems_on_one_thread(monkeypatch):
         return eigvalsh(*args, **kwargs)
 
     monkeypatch.setattr(torch.linalg, 'eigvalsh', spy)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with num_threads(2):
         DnCNN(num_feat=8, depth=3).sn_convs()[1].exact_estimate()
         assert seen == [1] and torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_a_move_keeps_an_exact_estimate_and_a_dtype_change_drops_it(monkeypatch):
