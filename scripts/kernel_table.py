@@ -59,7 +59,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import mcnet_basicsr  # noqa: F401  (registries)
     from mcnet_basicsr.evaluation.kernel_table import FAMILIES as families
-    from mcnet_basicsr.evaluation.kernel_table import crops_figure, measure, plot_family, render
+    from mcnet_basicsr.evaluation.kernel_table import RecordMismatch, crops_figure, measure, plot_family, render
     if args.render:
         print(render(args.render, args.published))
         if args.plot_dir:
@@ -81,7 +81,11 @@ def main(argv=None):
         cv2.imwrite(args.crops, img)
         print(f'wrote {args.crops}')
     else:
-        measure(args)
+        try:
+            measure(args)
+        except RecordMismatch as err:
+            print(f'kernel_table.py: error: {err}', file=sys.stderr)  # one line; the record is as it was
+            sys.exit(2)
 
 
 if __name__ == '__main__':

@@ -31,8 +31,13 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import mcnet_basicsr  # noqa: F401  (registries)
+    from mcnet_basicsr.evaluation.kernel_table import RecordMismatch
     from mcnet_basicsr.evaluation.resizer_table import measure
-    measure(args)
+    try:
+        measure(args)
+    except RecordMismatch as err:
+        print(f'resizer_table.py: error: {err}', file=sys.stderr)  # one line; the record is as it was
+        sys.exit(2)
 
 
 if __name__ == '__main__':

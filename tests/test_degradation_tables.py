@@ -76,6 +76,41 @@ def test_kernel_table_script_refuses_tf32_for_mcnet_rows(capsys, tmp_path):
     assert 'fixed iterations' in capsys.readouterr().err and not (tmp_path / 'k').exists()
 
 
+def test_a_record_keeps_one_device_and_one_mcnet_solver_setting(data, monkeypatch, capsys):
+    """A run that would put cells of another device, or MCNet cells of another solver setting, into a record is refused
+    with one line before it measures anything; rows without an MCNet solve join it and leave its setting as it is."""
+    from mcnet_basicsr.evaluation.kernel_table import RecordMismatch, join_record, measure
+    solver = {'tol': 1e-4, 'max_iter': 200}
+    record = {'device': 'cpu', 'mcnet_solver': dict(solver), 'cells': {'mcnet_imdn_kernels|x3|k1': {'psnr': 26.0}}}
+    with pytest.raises(RecordMismatch, match='same --tol'):
+        join_record(record, 'k.json', 'cpu', {'tol': 1e-5, 'max_iter': 200}, ['mcnet_pan_kernels'])
+    with pytest.raises(RecordMismatch, match='one device per record'):
+        join_record(record, 'k.json', 'NVIDIA H200', solver, ['pnp'])
+    resizer_record = {'device': 'cpu', 'mcnet_solver': dict(solver), 'cells': {'mcnet_imdn@true|x4|cv2-area|Set5': {}}}
+    with pytest.raises(RecordMismatch):
+        join_record(resizer_record, 'r.json', 'cpu', {'tol': 1e-4, 'max_iter': 50}, ['mcnet_imdn@true'])
+    join_record(record, 'k.json', 'cpu', {'tol': 1e-5, 'max_iter': 200}, ['pnp', 'tvtv_imdn'])
+    assert record['mcnet_solver'] == solver
+    fresh = {}
+    join_record(fresh, 'new.json', 'cpu', {'tol': 1e-5, 'max_iter': 300}, ['pnp'])
+    assert fresh == {'device': 'cpu', 'mcnet_solver': {'tol': 1e-5, 'max_iter': 300}}
+
+    # through measure and the script: the record on disk is left as it was
+    monkeypatch.chdir(REPO_ROOT)
+    out = data / 'k.json'
+    out.write_text(json.dumps(record))
+    before = out.read_text()
+    with pytest.raises(SystemExit):
+        load_script('kernel_table').main(['--rows', 'mcnet_imdn_kernels', '--families', 'x3', '--tol', '1e-5',
+                                          '--device', 'cpu', '--data', str(data), '--out', str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'solved with' in err[0] and out.read_text() == before
+    measure(SimpleNamespace(rows=['bicubic'], families=['x3'], kernels=[2], images=None, batch=2, tol=1e-5,
+                            max_iter=5, device='cpu', data=str(data), out=str(out), time_limit=None, tf32=False))
+    joined = json.loads(out.read_text())
+    assert joined['mcnet_solver'] == solver and set(joined['cells']) == {'mcnet_imdn_kernels|x3|k1', 'bicubic|x3|k2'}
+
+
 def test_resizer_table_cell_is_the_librarys_lr_upsampled(data, monkeypatch):
     from mcnet_basicsr.data.degradations import degraded_lr_uint8
     from mcnet_basicsr.evaluation.resizer_table import measure

@@ -56,6 +56,31 @@ def build_row(row, scale, device, tol, max_iter, channels='rgb', tf32=False):
     return net.to(device).eval(), consistent
 
 
+class RecordMismatch(ValueError):
+    """A run whose cells cannot join the record it names (another device or MCNet solver setting)."""
+
+
+def join_record(record, path, device, solver, rows):
+    """Make ``record`` (the JSON at ``path``, ``{}`` if new) take this run's cells: one device per record, and one MCNet
+    solver setting ``solver`` (``{tol, max_iter}``) for its MCNet cells (``mcnet_*`` rows, ``row@true`` included).
+    A run that would mix them raises :class:`RecordMismatch` (nothing is measured or written); rows without an MCNet
+    solve leave the record's solver setting as it is."""
+    def solving(keys):
+        return any(key.split('|')[0].split('@')[0].startswith('mcnet_') for key in keys)
+
+    cells = record.get('cells') or {}
+    if cells and record.get('device', device) != device:
+        raise RecordMismatch(f'{path} holds cells measured on {record["device"]}, this run is on {device}: '
+                             'give another --out (one device per record)')
+    if solving(rows):
+        if solving(cells) and record.get('mcnet_solver', solver) != solver:
+            raise RecordMismatch(f'{path} holds MCNet cells solved with {record["mcnet_solver"]}, this run asks '
+                                 f'{solver}: give the same --tol and --max-iter, or another --out')
+        record['mcnet_solver'] = solver
+    record.setdefault('mcnet_solver', solver)
+    record['device'] = device
+
+
 def images_by_shape(folder, scale, limit):
     from PIL import Image
 
@@ -137,8 +162,8 @@ def measure(args):
             record = json.load(f)
     record.setdefault('protocol', 'USRNet Table 1: CBSD68, HR mod lcm(s, 8), circular blur (uint8, truncated), '
                       'upper-left decimation, float LR + N(0, sigma) (seed 0 per image), PSNR RGB uint8 border s^2')
-    record['device'] = torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'
-    record['mcnet_solver'] = {'tol': args.tol, 'max_iter': args.max_iter}
+    join_record(record, args.out, torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
+                {'tol': args.tol, 'max_iter': args.max_iter}, args.rows)
     kernels_path = osp.join(args.data, 'kernels', 'kernels_12.mat')
     kernels = {k: load_kernel(kernels_path, k - 1) for k in args.kernels}
     cells = record.setdefault('cells', {})

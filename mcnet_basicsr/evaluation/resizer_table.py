@@ -26,15 +26,15 @@ def measure(args):
     from mcnet_basicsr.utils.color import luma
     from mcnet_basicsr.utils.images import list_images, mod_crop, read_hr
     from .evaluate import resolve_device
-    from .kernel_table import build_row
+    from .kernel_table import build_row, join_record
     device = resolve_device(args.device)
     record = {}
     if osp.isfile(args.out):
         with open(args.out) as f:
             record = json.load(f)
-    record.update(protocol='HR mod s; LR = resizer (exact operator) rounded to uint8; Y rounded to uint8, crop s',
-                  device=torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
-                  mcnet_solver={'tol': args.tol, 'max_iter': args.max_iter})
+    record['protocol'] = 'HR mod s; LR = resizer (exact operator) rounded to uint8; Y rounded to uint8, crop s'
+    join_record(record, args.out, torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
+                {'tol': args.tol, 'max_iter': args.max_iter}, args.rows)
     cells = record.setdefault('cells', {})
     s = args.scale
     for row in args.rows:
