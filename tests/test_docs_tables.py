@@ -84,3 +84,31 @@ LAYOUTS = [('| x4, Set5 / Set14 | cv2-area |\n|---|---|\n| IMDN alone | 30.10 / 
 @pytest.mark.parametrize('text, expected', LAYOUTS)
 def test_table_r_parser_reads_both_layouts(text, expected):
     assert list(_table_r_numbers(text.splitlines())) == expected
+
+
+def test_beta_or_prior_table_is_its_record():
+    """The "Beta or the prior?" table of the docs: each PSNR is its row's mean in
+    ``docs/records/kernel_prior_study_set5_h200.json`` to two decimals, and the learned betas it quotes are the
+    record's."""
+    record = json.loads((RECORDS / 'kernel_prior_study_set5_h200.json').read_text())['scales']
+    labels = {'PAN alone': 'pan', 'the same, beta x 10': 'layer_beta*10', 'the same, beta x 0.1': 'layer_beta*0.1',
+              'the same, beta x 1e-6 (PnP-ADMM with the layer\'s DnCNN6)': 'layer_beta*1e-06',
+              'PnP-ADMM, RealSN-DnCNN17': 'pnp'}
+    lines = DOC.read_text().splitlines()
+    start = lines.index('| Set5, the recipes\' kernels and noise | x2 | x3 | x4 |')
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith('| '):
+            break
+        label, *values = [p.strip() for p in line.strip('|').split('|')]
+        betas = re.fullmatch(r'MCNet \+ PAN, kernel layer \(learned beta ([\d.]+) / ([\d.]+) / ([\d.]+) at noise 0\)',
+                             label)
+        if betas:
+            for scale, text in zip(('x2', 'x3', 'x4'), betas.groups()):
+                assert float(text) == pytest.approx(record[scale]['layer']['beta_at_noise_0'], rel=0.05), (scale, text)
+            name = 'layer'
+        else:
+            name = labels[label]
+        assert values == [f'{record[s][name]["psnr"]:.2f}' for s in ('x2', 'x3', 'x4')], line
+        rows.append(name)
+    assert sorted(rows) == sorted(record['x2'])
