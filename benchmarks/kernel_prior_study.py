@@ -29,7 +29,7 @@ import mcnet_basicsr  # noqa: F401  (first: the torchvision alias basicsr 1.4.2 
 import numpy as np
 import torch
 
-from mcnet_basicsr.evaluation.evaluate import read_option, resolve_device
+from mcnet_basicsr.evaluation.evaluate import device_name, read_option, resolve_device
 from mcnet_basicsr.evaluation.kernel_table import build_row
 from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
 from mcnet_basicsr.ops import build_operator
@@ -60,16 +60,17 @@ def rows(scale, device, tol, factors):
 
 def measure(scale, device, tol, factors, data_root, images=None):
     dataset = validation_set(scale, data_root)
-    count = len(dataset) if images is None else min(images, len(dataset))
+    samples = []  # each image degraded once, the same for every row
+    for i in range(len(dataset) if images is None else min(images, len(dataset))):
+        data = dataset[i]
+        samples.append((data['lq'][None].to(device),
+                        (data['gt'].permute(1, 2, 0).numpy()[..., ::-1] * 255).round().astype(np.uint8),
+                        float(data['noise_sigma']),
+                        build_operator({'type': 'blur', 'scale': scale, 'kernel': data['kernel'].double()})))
     results = {}
     for name, (net, consistent) in rows(scale, device, tol, factors).items():
         start, psnrs, iterations = time.perf_counter(), [], []
-        for i in range(count):
-            data = dataset[i]
-            lq = data['lq'][None].to(device)
-            gt = (data['gt'].permute(1, 2, 0).numpy()[..., ::-1] * 255).round().astype(np.uint8)
-            sigma = float(data['noise_sigma'])
-            op = build_operator({'type': 'blur', 'scale': scale, 'kernel': data['kernel'].double()})
+        for lq, gt, sigma, op in samples:
             info = {}
             with torch.no_grad():
                 out = net(lq, operator=op, noise_sigma=sigma or None, info=info) if consistent else net(lq)
@@ -100,7 +101,7 @@ def main(argv=None):
     device = resolve_device(args.device)
     record = {'protocol': 'Set5, LR by the PAN kernel recipes\' val (seeded family kernel and noise per image), '
                           'Y-PSNR with Y rounded to uint8, crop s; each row told the true kernel and noise',
-              'device': torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
+              'device': device_name(device),
               'mcnet_solver': {'tol': args.tol, 'max_iter': 200}, 'scales': {}}
     for scale in args.scales:
         record['scales'][f'x{scale}'] = measure(scale, device, args.tol, args.beta_factors, args.data, args.images)

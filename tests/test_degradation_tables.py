@@ -80,19 +80,20 @@ def test_a_record_keeps_one_device_and_one_mcnet_solver_setting(data, monkeypatc
     """A run that would put cells of another device, or MCNet cells of another solver setting, into a record is refused
     with one line before it measures anything; rows without an MCNet solve join it and leave its setting as it is."""
     from mcnet_basicsr.evaluation.kernel_table import RecordMismatch, join_record, measure
-    solver = {'tol': 1e-4, 'max_iter': 200}
+    solver, cpu = {'tol': 1e-4, 'max_iter': 200}, torch.device('cpu')
     record = {'device': 'cpu', 'mcnet_solver': dict(solver), 'cells': {'mcnet_imdn_kernels|x3|k1': {'psnr': 26.0}}}
     with pytest.raises(RecordMismatch, match='same --tol'):
-        join_record(record, 'k.json', 'cpu', {'tol': 1e-5, 'max_iter': 200}, ['mcnet_pan_kernels'])
+        join_record(record, 'k.json', cpu, {'tol': 1e-5, 'max_iter': 200}, ['mcnet_pan_kernels'])
+    gpu_record = dict(record, device='NVIDIA H200')
     with pytest.raises(RecordMismatch, match='one device per record'):
-        join_record(record, 'k.json', 'NVIDIA H200', solver, ['pnp'])
+        join_record(gpu_record, 'k.json', cpu, solver, ['pnp'])
     resizer_record = {'device': 'cpu', 'mcnet_solver': dict(solver), 'cells': {'mcnet_imdn@true|x4|cv2-area|Set5': {}}}
     with pytest.raises(RecordMismatch):
-        join_record(resizer_record, 'r.json', 'cpu', {'tol': 1e-4, 'max_iter': 50}, ['mcnet_imdn@true'])
-    join_record(record, 'k.json', 'cpu', {'tol': 1e-5, 'max_iter': 200}, ['pnp', 'tvtv_imdn'])
+        join_record(resizer_record, 'r.json', cpu, {'tol': 1e-4, 'max_iter': 50}, ['mcnet_imdn@true'])
+    join_record(record, 'k.json', cpu, {'tol': 1e-5, 'max_iter': 200}, ['pnp', 'tvtv_imdn'])
     assert record['mcnet_solver'] == solver
     fresh = {}
-    join_record(fresh, 'new.json', 'cpu', {'tol': 1e-5, 'max_iter': 300}, ['pnp'])
+    join_record(fresh, 'new.json', cpu, {'tol': 1e-5, 'max_iter': 300}, ['pnp'])
     assert fresh == {'device': 'cpu', 'mcnet_solver': {'tol': 1e-5, 'max_iter': 300}}
 
     # through measure and the script: the record on disk is left as it was

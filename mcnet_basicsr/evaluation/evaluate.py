@@ -70,6 +70,11 @@ def resolve_device(name):
     return torch.device(name)
 
 
+def device_name(device):
+    """What a record names a torch device by: the GPU's name (e.g. 'NVIDIA H200'), or 'cpu'."""
+    return torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'
+
+
 def check_set_items(parser, items):
     """``--set KEY=VALUE`` arguments: a parser error for an item without ``=``, before anything is evaluated."""
     for item in items:
@@ -204,7 +209,7 @@ def set_record(images, method, backbone, opt, dataset, eps_abs, eps_rms, device,
         'option': opt['name'], 'psnr_float_y': mean('psnr_float_y'),
         'psnr_rgb_uint8': mean('psnr_rgb_uint8'), 'ssim_rgb_uint8': mean('ssim_rgb_uint8'),
         'eps': eps_abs, 'eps_rms': eps_rms, 'fidelity_over_eps': float(np.max(ratios)) if ratios else None,
-        'device': torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
+        'device': device_name(device),
         'overrides': list(overrides)}
 
 

@@ -61,13 +61,17 @@ class RecordMismatch(ValueError):
 
 
 def join_record(record, path, device, solver, rows):
-    """Make ``record`` (the JSON at ``path``, ``{}`` if new) take this run's cells: one device per record, and one MCNet
+    """Make ``record`` (the JSON at ``path``, ``{}`` if new) take this run's cells on the torch ``device``: one device
+    per record (named as :func:`~mcnet_basicsr.evaluation.evaluate.device_name` names it), and one MCNet
     solver setting ``solver`` (``{tol, max_iter}``) for its MCNet cells (``mcnet_*`` rows, ``row@true`` included).
     A run that would mix them raises :class:`RecordMismatch` (nothing is measured or written); rows without an MCNet
     solve leave the record's solver setting as it is."""
+    from .evaluate import device_name
+
     def solving(keys):
         return any(key.split('|')[0].split('@')[0].startswith('mcnet_') for key in keys)
 
+    device = device_name(device)
     cells = record.get('cells') or {}
     if cells and record.get('device', device) != device:
         raise RecordMismatch(f'{path} holds cells measured on {record["device"]}, this run is on {device}: '
@@ -150,8 +154,6 @@ def run_cell(net, consistent, groups, lrs, kernel, scale, sigma255, device, batc
 def measure(args):
     """Run ``args.rows`` x ``args.families`` x ``args.kernels`` (row by row, cells already in the JSON ``args.out``
     skipped) and merge the cells into it, until ``args.time_limit`` seconds have passed (None: no limit)."""
-    import torch
-
     from mcnet_basicsr.ops.kernels import load_kernel
     from .evaluate import resolve_device
     started = time.perf_counter()
@@ -162,8 +164,7 @@ def measure(args):
             record = json.load(f)
     record.setdefault('protocol', 'USRNet Table 1: CBSD68, HR mod lcm(s, 8), circular blur (uint8, truncated), '
                       'upper-left decimation, float LR + N(0, sigma) (seed 0 per image), PSNR RGB uint8 border s^2')
-    join_record(record, args.out, torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
-                {'tol': args.tol, 'max_iter': args.max_iter}, args.rows)
+    join_record(record, args.out, device, {'tol': args.tol, 'max_iter': args.max_iter}, args.rows)
     kernels_path = osp.join(args.data, 'kernels', 'kernels_12.mat')
     kernels = {k: load_kernel(kernels_path, k - 1) for k in args.kernels}
     cells = record.setdefault('cells', {})

@@ -33,8 +33,7 @@ def measure(args):
         with open(args.out) as f:
             record = json.load(f)
     record['protocol'] = 'HR mod s; LR = resizer (exact operator) rounded to uint8; Y rounded to uint8, crop s'
-    join_record(record, args.out, torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu',
-                {'tol': args.tol, 'max_iter': args.max_iter}, args.rows)
+    join_record(record, args.out, device, {'tol': args.tol, 'max_iter': args.max_iter}, args.rows)
     cells = record.setdefault('cells', {})
     s = args.scale
     for row in args.rows:
