@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from conftest import dense_ball_projection
 from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_operator, eps_from_rms, imresize, solve_secular_equation
+from mcnet_basicsr.ops.secular import coefficients_and_inside
 
 SHARED_DATASETS = Path(__file__).resolve().parents[1].parent / 'shared' / 'datasets'
 TYPES = ('bicubic', 'box', 'gaussian')
@@ -364,6 +365,33 @@ def test_secular_solver_to_machine_precision(cond, ratio):
     assert mu[0] > 0 and mu[1] == 0 and mu[2] == 0  # outside, inside, eps = 0
     residual = (energy[0] / (1 + mu[0] * sig)**2).sum().sqrt()
     assert abs(residual / eps[0] - 1) <= 1e-14
+
+
+@pytest.mark.parametrize('shared_sig', [True, False])
+@pytest.mark.parametrize('n', [1, 3])
+def test_projection_coefficients_with_and_without_gradient(n, shared_sig):
+    """Without a gradient the coefficients come from the solver's own mu; with one, from a Newton step after a looser
+    stop. Both are mu / (1 + mu sig) at the root to rounding, and the samples reported inside are those with
+    ||r|| <= eps > 0 (eps = 0 gets 1 / sig)."""
+    gen = torch.Generator().manual_seed(3)
+    k = 400
+    sig = torch.logspace(0, -8, k, dtype=torch.float64)
+    if not shared_sig:
+        sig = sig[torch.randperm(k, generator=gen)].expand(n, k).clone()
+    energy = torch.rand(n, k, generator=gen, dtype=torch.float64) * torch.logspace(-6, 0, k, dtype=torch.float64)
+    norms = energy.sum(1).sqrt()
+    eps = torch.tensor([0.01, 2.0, 0.0][:n], dtype=torch.float64) * norms
+    plain, inside = coefficients_and_inside(energy, sig, eps)
+    with_grad, inside_grad = coefficients_and_inside(energy.clone().requires_grad_(), sig, eps)
+    assert with_grad.requires_grad and not plain.requires_grad
+    np.testing.assert_array_equal(inside, [False, True, False][:n])
+    np.testing.assert_array_equal(inside_grad, inside)
+    assert torch.allclose(with_grad.detach(), plain, rtol=1e-13, atol=0)
+    residual = (energy[0] * (1 - plain[0] * sig.expand(n, k)[0]).square()).sum().sqrt()  # ||(I + mu K)^-1 r||
+    assert abs(residual / eps[0] - 1) <= 1e-14
+    if n == 3:
+        assert torch.equal(plain[1], torch.zeros(k, dtype=torch.float64))
+        assert torch.equal(plain[2], 1.0 / sig.expand(n, k)[2])
 
 
 def test_project_eps_positive_float32_on_sphere():

@@ -45,7 +45,7 @@ import torch
 from .base import DownsampleOperator
 from .kernels import check_kernel, load_kernel
 from .registry import OPERATOR_REGISTRY
-from .secular import projection_coefficients
+from .secular import coefficients_and_inside
 
 __all__ = ['BlurDownsample', 'DEFAULT_FLOOR', 'ReflectBlurDownsample', 'reflect_pad']
 
@@ -327,19 +327,20 @@ class BlurDownsample(DownsampleOperator):
         else:
             energy = torch.view_as_real(residual).to(torch.float64).square().sum((1, -1))  # (N, h, w // 2 + 1)
             energy = energy.flatten(1) * entry['energy_weights']
-            coef = projection_coefficients(energy, entry['sig'], eps_t)
+            coef, inside = coefficients_and_inside(energy, entry['sig'], eps_t)
             if entry['keep'] is not None:
                 coef = coef * entry['keep']
             coef = coef.view(n, 1, h, -1).to(dtype)
-            # samples inside their ball (the solver's own test) return x itself, not its FFT round trip
-            inside = (eps_t.detach() > 0) & (energy.detach().sum(1).sqrt() <= eps_t.detach())
         step = (coef * residual)[:, :, None]  # (N, C, 1, h, w // 2 + 1)
         size = chunks[0].shape[2]
         # in place: autograd keeps no component spectrum (the kernel's spectra are constants), and a large image
         # spares a copy of them all
         corrected = [part.addcmul_(g.conj(), step, value=-1) for g, part in zip(spectra.split(size, -3), chunks)]
         out = self._merge(corrected, w).to(x.dtype)
-        return out if inside is None else torch.where(inside[:, None, None, None], x, out)
+        if inside is None or not inside.any():
+            return out
+        # samples inside their ball (the solver's own test) return x itself, not its FFT round trip
+        return torch.where(torch.from_numpy(inside).to(x.device)[:, None, None, None], x, out)
 
     def __repr__(self):
         if self.source is not None:
