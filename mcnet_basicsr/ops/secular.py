@@ -73,12 +73,12 @@ def _newton(energy, sig, eps, rtol, max_iter=100):
         inv_eps = np.where(active, 1.0 / eps_h, 0.0)
         bar = np.where(active, weighted / total, 1.0)  # the energy-weighted mean eigenvalue
         mu = np.where(active, np.maximum(np.sqrt(total) * inv_eps - 1.0, 0.0) / bar, 0.0)
-    powers = torch.tensor([[2.0], [3.0]], dtype=torch.float64, device=device)
     for _ in range(max_iter):
         if not active.any():
             break
         inv = _scaled(sig, mu, device).add_(1.0).reciprocal_()  # 1 / (1 + mu sig), (K,) or (N, K)
-        f, f1 = torch.linalg.vecdot(pair, inv.unsqueeze(-2).pow(powers)).cpu().numpy().T
+        inv_sq = inv.square()
+        f, f1 = torch.linalg.vecdot(pair, torch.stack([inv_sq, inv_sq * inv], -2)).cpu().numpy().T
         with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
             inv_sqrt_f = 1.0 / np.sqrt(f)
             step = -(inv_sqrt_f - inv_eps) / (inv_sqrt_f**3 * f1)
