@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse
 import torch
 
-from mcnet_basicsr.ops import build_operator
+from mcnet_basicsr.ops import build_operator, separable
 
 
 def test_folded_taps_sum_like_a_dense_scatter_add():
@@ -72,7 +72,7 @@ def test_inverse_without_dct_pairs_never_runs_a_dense_eigendecomposition(monkeyp
     """An operator whose M M^T the DCT does not diagonalise (a Gaussian) gets the banded inverse on an accelerator
     too: an O(length^3) eigh would cost more than it saves. The failed check is remembered."""
     op = build_operator({'type': 'gaussian', 'scale': 2})
-    monkeypatch.setattr(torch.linalg, 'eigh', lambda *a, **k: pytest.fail('dense eigh for the eps = 0 inverse'))
+    monkeypatch.setattr(separable, '_eigh', lambda *a, **k: pytest.fail('an eigendecomposition for eps = 0'))
     cpu = torch.device('cpu')
     product = op._gram_inverse(64, cpu, gemm=True)
     assert op._axis_float64(64)['dct'] is False and 'eigvals' not in op._axis_float64(64)
@@ -113,14 +113,29 @@ def test_centrosymmetric_eigenpairs_equal_a_dense_eigendecomposition():
     assert _centrosymmetric_eigenpairs(scipy.sparse.csr_matrix(a + a.T)) is None
 
 
+@pytest.mark.parametrize('n,band', [(1, 0), (1, 3), (2, 1), (3, 3), (9, 0), (64, 1), (64, 2), (301, 3), (64, 5),
+                                    (64, 20)])
+def test_banded_eigendecompositions_equal_a_dense_one(n, band):
+    """A symmetric matrix with ``band`` diagonals each side (tridiagonal: LAPACK's tridiagonal solver; wider: the
+    dense one) gets its eigenvalues ascending and orthonormal eigenvectors, to float64 rounding."""
+    rng = np.random.default_rng(n + band)
+    a = rng.standard_normal((n, n))
+    a = np.triu(np.tril(a + a.T, band), -band)
+    vals, vecs = separable._eigh(a, band)  # a band at least the size: the matrix is dense
+    assert vals.shape == (n, ) and vecs.shape == (n, n)
+    assert np.abs(vals - np.linalg.eigvalsh(a)).max() <= 1e-13 * n
+    assert np.abs(vecs.T @ vecs - np.eye(n)).max() <= 1e-13 * n
+    assert np.abs(a @ vecs - vecs * vals).max() <= 1e-13 * n
+
+
 @pytest.mark.parametrize('name', ['pil-bicubic', 'pil-lanczos', 'torch-bilinear'])
 def test_antialiasing_resizers_are_diagonalised_by_half_size_eigendecompositions(name, monkeypatch):
     """The eps > 0 set-up of Pillow's and torch's antialiasing resizers (mirror-symmetric filters and borders, no
     DCT basis) runs LAPACK's eigh only on matrices of half the axis' length, and its pairs diagonalise M M^T."""
     from mcnet_basicsr.ops import DEGRADATIONS
     sizes = []
-    eigh = torch.linalg.eigh
-    monkeypatch.setattr(torch.linalg, 'eigh', lambda m: sizes.append(m.shape[0]) or eigh(m))
+    eigh = separable._eigh
+    monkeypatch.setattr(separable, '_eigh', lambda m, band=None: sizes.append(m.shape[0]) or eigh(m, band))
     for scale, length in ((2, 2 * 37), (3, 3 * 40), (4, 4 * 64)):
         op = build_operator(dict(DEGRADATIONS[name], scale=scale))
         entry = op._axis_spectrum(length)

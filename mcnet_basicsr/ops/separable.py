@@ -28,8 +28,9 @@ entries for H and W, so the first call on a new size pays, per new axis length, 
 factorisation and inverse of the (H/s x H/s) matrix ``M M^T`` (eps = 0) or its eigendecomposition (eps > 0;
 ``M M^T`` and ``U^T M`` come from sparse products, M being banded), and later calls only matrix products.
 The eigendecomposition is the DCT-II basis where that diagonalises ``M M^T`` to float64 rounding (bicubic
-and box: see :func:`_gram_eigenpairs`), else two half-size ``eigh`` where ``M M^T`` is centrosymmetric (Pillow's and
-torch's antialiasing resizers: :func:`_centrosymmetric_eigenpairs`), else one dense ``eigh``. The factorisations
+and box: see :func:`_gram_eigenpairs`), else two half-size eigenproblems where ``M M^T`` is centrosymmetric (Pillow's
+and torch's antialiasing resizers: :func:`_centrosymmetric_eigenpairs`), else one of the whole length; each is LAPACK's
+tridiagonal solver where ``M M^T`` is tridiagonal, its dense ``eigh`` otherwise (:func:`_eigh`). The factorisations
 run on the CPU in float64 from the nonzeros of M (:meth:`SeparableDownsample.axis_sparse`); M itself is filled on the
 input's device from those, and ``U^T M`` is one float64 product there on an accelerator (a sparse one on
 the CPU); so is ``(M M^T)^{-1} = U diag(1/s) U^T`` where the DCT pairs apply (the banded Cholesky on the CPU and
@@ -113,11 +114,39 @@ def _gram_eigenpairs(gram, dense_fallback=True):
     pairs = _centrosymmetric_eigenpairs(gram)
     if pairs is not None:
         return pairs
-    return _eigh(gram.toarray())
+    return _eigh(gram.toarray(), _bandwidth(gram))
 
 
-def _eigh(matrix):
-    """LAPACK's eigenvalues (ascending) and orthonormal eigenvectors of a symmetric float64 numpy matrix, as numpy."""
+def _bandwidth(matrix):
+    """The largest ``|i - j|`` of a nonzero of a scipy sparse matrix (0 for none)."""
+    coo = matrix.tocoo()
+    return int(np.abs(coo.row - coo.col).max()) if coo.nnz else 0
+
+
+def _upper_banded(matrix, band):
+    """LAPACK's upper banded storage ``upper[band + i - j, j] = matrix[i, j]`` of a symmetric numpy or scipy sparse
+    matrix whose nonzeros lie at most ``band`` from the diagonal."""
+    n = matrix.shape[0]
+    upper = np.zeros((band + 1, n))
+    for k in range(band + 1):
+        upper[band - k, k:] = matrix.diagonal(k)
+    return upper
+
+
+def _eigh(matrix, band=None):
+    """LAPACK's eigenvalues (ascending) and orthonormal eigenvectors of a symmetric float64 numpy matrix, as numpy.
+
+    ``band``: no nonzero lies further than this from the diagonal. A tridiagonal matrix (``band <= 1``: the bilinear
+    resizers' halves) gets LAPACK's tridiagonal divide and conquer (``dstevd``), which skips the dense reduction to
+    tridiagonal form and takes about half the dense ``eigh``'s time; on wider bands LAPACK's banded solver
+    (``dsbevd``) was 15% faster on one 2-core CPU and 15-25% slower on another, so they keep the dense ``eigh``
+    (``docs/benchmarks.md``, "Projection set-up per image size").
+    """
+    n = matrix.shape[0]
+    if band is not None and band <= 1 and n > 1:
+        import scipy.linalg  # see _sparse_gram
+        return scipy.linalg.eigh_tridiagonal(np.diagonal(matrix).copy(), np.diagonal(matrix, 1).copy(),
+                                             lapack_driver='stevd')
     eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(matrix))
     return eigvals.numpy(), eigvecs.numpy()
 
@@ -147,9 +176,10 @@ def _centrosymmetric_eigenpairs(gram):
     if n % 2:
         middle = math.sqrt(2.0) * top[:, h:h + 1]
         plus = np.block([[plus, middle], [middle.T, gram[h, h]]])
-    plus_vals, plus_vecs = _eigh(0.5 * (plus + plus.T))
+    band = _bandwidth(gram)  # the halves' too: G13 J only folds entries near the middle onto the band
+    plus_vals, plus_vecs = _eigh(0.5 * (plus + plus.T), band)
     minus = g11 - g13j
-    minus_vals, minus_vecs = _eigh(0.5 * (minus + minus.T))
+    minus_vals, minus_vecs = _eigh(0.5 * (minus + minus.T), band)
     vecs = np.zeros((n, n))
     half = plus_vecs[:h] / math.sqrt(2.0)
     vecs[:h, :h + n % 2], vecs[n - h:, :h + n % 2] = half, half[::-1]
@@ -270,16 +300,12 @@ class SeparableDownsample(DownsampleOperator):
         if 'gram_inv' not in entry:
             import scipy.linalg  # see _sparse_gram
             _, gram = self._sparse_gram(entry)
-            band = int(np.abs(gram.row - gram.col).max())
-            gram = gram.tocsr()
-            upper = np.zeros((band + 1, length // self.scale))  # LAPACK upper banded storage: upper[band + i - j, j]
-            for k in range(band + 1):
-                upper[band - k, k:] = 0.5 * (gram.diagonal(k) + gram.diagonal(-k))
+            gram = (0.5 * (gram + gram.T)).tocsr()
             try:
-                factor = scipy.linalg.cholesky_banded(upper)
+                factor = scipy.linalg.cholesky_banded(_upper_banded(gram, _bandwidth(gram)))
             except np.linalg.LinAlgError:
                 raise self._singular(length, 'not positive definite') from None
-            diag = factor[band]
+            diag = factor[-1]
             if not diag.min() ** 2 > 1e-12 * abs(gram).sum(1).max():  # pivots against ||M M^T||
                 raise self._singular(length, f'smallest Cholesky pivot {diag.min():.3g}')
             entry['gram_inv'] = torch.from_numpy(scipy.linalg.cho_solve_banded((factor, False), np.eye(len(diag))))
