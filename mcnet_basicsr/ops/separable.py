@@ -138,9 +138,8 @@ def _eigh(matrix, band=None):
 
     ``band``: no nonzero lies further than this from the diagonal. A tridiagonal matrix (``band <= 1``: the bilinear
     resizers' halves) gets LAPACK's tridiagonal divide and conquer (``dstevd``), which skips the dense reduction to
-    tridiagonal form and takes about half the dense ``eigh``'s time; on wider bands LAPACK's banded solver
-    (``dsbevd``) was 15% faster on one 2-core CPU and 15-25% slower on another, so they keep the dense ``eigh``
-    (``docs/benchmarks.md``, "Projection set-up per image size").
+    tridiagonal form; wider bands keep the dense ``eigh``, LAPACK's banded solver (``dsbevd``) not being reliably
+    faster there (``docs/benchmarks.md``, "Projection set-up per image size", has both measured).
     """
     n = matrix.shape[0]
     if band is not None and band <= 1 and n > 1:
