@@ -22,22 +22,19 @@ import scipy.linalg
 import torch
 
 from mcnet_basicsr.ops import DEGRADATIONS, build_operator
-from mcnet_basicsr.ops.separable import SeparableDownsample, _bandwidth, _eigh, _upper_banded
+from mcnet_basicsr.ops.separable import SeparableDownsample, _bandwidth, _centrosymmetric_halves, _eigh, _upper_banded
 
 NAMES = ('pil-bilinear', 'torch-bilinear', 'pil-bicubic', 'torch-bicubic', 'pil-lanczos', 'gaussian')
 
 
 def halves(op, lr):
-    """The two half-size matrices of ``M M^T`` (sum and difference with the mirrored upper-right block) and its band;
-    the whole ``M M^T`` alone where it is not centrosymmetric (a Gaussian keeping the first pixel of each block)."""
-    _, gram = SeparableDownsample._sparse_gram({'sparse': op.axis_sparse(lr * op.scale)})
-    gram = (0.5 * (gram + gram.T)).tocsr()
-    if abs(gram - gram[::-1, ::-1]).max() > 1e-14 * abs(gram).max():
+    """The two half-size matrices the package decomposes for ``M M^T`` at LR length ``lr``, and its band; the whole
+    ``M M^T`` alone where it is not centrosymmetric (a Gaussian keeping the first pixel of each block)."""
+    gram = SeparableDownsample._sparse_gram({'sparse': op.axis_sparse(lr * op.scale)})
+    split = _centrosymmetric_halves(gram)
+    if split is None:
         return [gram.toarray()], _bandwidth(gram)
-    n, h = lr, lr // 2
-    top = gram[:h].toarray()
-    g11, g13j = top[:, :h], top[:, n - h:][:, ::-1]
-    return [0.5 * (a + a.T) for a in (g11 + g13j, g11 - g13j)], _bandwidth(gram)
+    return list(split[:2]), split[2]
 
 
 def dense(matrix):

@@ -150,6 +150,28 @@ def _eigh(matrix, band=None):
     return eigvals.numpy(), eigvecs.numpy()
 
 
+def _centrosymmetric_halves(gram):
+    """The two half-size symmetric matrices ``G11 + G13 J`` (bordered by the middle column where the length is odd)
+    and ``G11 - G13 J`` of a symmetric centrosymmetric ``gram`` (scipy sparse; :func:`_centrosymmetric_eigenpairs`
+    says what they are), and the band they share with it; ``None`` if ``gram`` is not centrosymmetric to float64
+    rounding."""
+    n = gram.shape[0]
+    gram = gram.tocsr()
+    mirrored = gram[::-1, ::-1]
+    if n < 2 or abs(gram - mirrored).max() > _rounding_level(gram):
+        return None
+    h = n // 2
+    top = gram[:h].toarray()  # the upper h rows: G11, (the middle column c,) G13
+    g11, g13j = top[:, :h], top[:, n - h:][:, ::-1]
+    plus = g11 + g13j
+    if n % 2:
+        middle = math.sqrt(2.0) * top[:, h:h + 1]
+        plus = np.block([[plus, middle], [middle.T, gram[h, h]]])
+    minus = g11 - g13j
+    band = _bandwidth(gram)  # the halves' too: G13 J only folds entries near the middle onto the band
+    return 0.5 * (plus + plus.T), 0.5 * (minus + minus.T), band
+
+
 def _centrosymmetric_eigenpairs(gram):
     """Eigenvalues (ascending) and orthonormal eigenvectors of a symmetric matrix ``gram`` (scipy sparse) that is
     centrosymmetric (``J G J = G``, J reversing the order; to float64 rounding), from two half-size ``eigh``;
@@ -163,22 +185,13 @@ def _centrosymmetric_eigenpairs(gram):
     upper-left and upper-right n // 2 blocks. The split is an orthogonal change of basis, so the pairs are as exact as
     one ``eigh``; two of half the size cost about a quarter of it (LAPACK's is O(n^3)).
     """
-    n = gram.shape[0]
-    gram = gram.tocsr()
-    mirrored = gram[::-1, ::-1]
-    if n < 2 or abs(gram - mirrored).max() > _rounding_level(gram):
+    halves = _centrosymmetric_halves(gram)
+    if halves is None:
         return None
-    h = n // 2
-    top = gram[:h].toarray()  # the upper h rows: G11, (the middle column c,) G13
-    g11, g13j = top[:, :h], top[:, n - h:][:, ::-1]
-    plus = g11 + g13j
-    if n % 2:
-        middle = math.sqrt(2.0) * top[:, h:h + 1]
-        plus = np.block([[plus, middle], [middle.T, gram[h, h]]])
-    band = _bandwidth(gram)  # the halves' too: G13 J only folds entries near the middle onto the band
-    plus_vals, plus_vecs = _eigh(0.5 * (plus + plus.T), band)
-    minus = g11 - g13j
-    minus_vals, minus_vecs = _eigh(0.5 * (minus + minus.T), band)
+    plus, minus, band = halves
+    n, h = gram.shape[0], gram.shape[0] // 2
+    plus_vals, plus_vecs = _eigh(plus, band)
+    minus_vals, minus_vecs = _eigh(minus, band)
     vecs = np.zeros((n, n))
     half = plus_vecs[:h] / math.sqrt(2.0)
     vecs[:h, :h + n % 2], vecs[n - h:, :h + n % 2] = half, half[::-1]
@@ -248,10 +261,12 @@ class SeparableDownsample(DownsampleOperator):
 
     @staticmethod
     def _sparse_gram(entry):
-        """``M`` and ``M M^T`` as scipy sparse matrices: M is banded (a few taps per row), so sparse products cost
-        O(taps) per entry instead of the O(length) of dense ones."""
+        """``M M^T`` as a scipy CSR matrix, symmetrised (``(G + G^T) / 2``, which removes the product's rounding
+        asymmetry): M is banded (a few taps per row), so the sparse product costs O(taps) per entry instead of the
+        O(length) of a dense one."""
         sparse = entry['sparse'].scipy()
-        return sparse, (sparse @ sparse.T).tocoo()
+        gram = sparse @ sparse.T
+        return (0.5 * (gram + gram.T)).tocsr()
 
     def _singular(self, length, detail):
         return ValueError(f'{type(self).__name__}: A A^T is (numerically) singular along an axis of length {length} '
@@ -265,8 +280,7 @@ class SeparableDownsample(DownsampleOperator):
         if 'eigvals' not in entry:
             if not dense_fallback and entry.get('dct') is False:
                 return None
-            _, gram = self._sparse_gram(entry)
-            pairs = _gram_eigenpairs((0.5 * (gram + gram.T)).tocsr(), dense_fallback)
+            pairs = _gram_eigenpairs(self._sparse_gram(entry), dense_fallback)
             if pairs is None:
                 entry['dct'] = False
                 return None
@@ -298,8 +312,7 @@ class SeparableDownsample(DownsampleOperator):
         entry = self._axis_float64(length)
         if 'gram_inv' not in entry:
             import scipy.linalg  # see _sparse_gram
-            _, gram = self._sparse_gram(entry)
-            gram = (0.5 * (gram + gram.T)).tocsr()
+            gram = self._sparse_gram(entry)
             try:
                 factor = scipy.linalg.cholesky_banded(_upper_banded(gram, _bandwidth(gram)))
             except np.linalg.LinAlgError:
