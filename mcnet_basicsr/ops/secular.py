@@ -76,7 +76,7 @@ def _newton(energy, sig, eps, rtol, max_iter=100):
     for _ in range(max_iter):
         if not active.any():
             break
-        inv = _scaled(sig, mu, device).add_(1.0).reciprocal_()  # 1 / (1 + mu sig), (K,) or (N, K)
+        inv = (sig * _multiplier(mu, device)).add_(1.0).reciprocal_()  # 1 / (1 + mu sig), (K,) or (N, K)
         inv_sq = inv.square()
         f, f1 = torch.linalg.vecdot(pair, torch.stack([inv_sq, inv_sq * inv], -2)).cpu().numpy().T
         with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
@@ -88,12 +88,10 @@ def _newton(energy, sig, eps, rtol, max_iter=100):
     return mu, eps_h
 
 
-def _scaled(sig, mu, device):
-    """``mu[:, None] * sig`` for the host's mu (N,): a single sample's as a kernel argument (no copy to the device),
-    shape (K,) for a shared (K,) sig."""
-    if len(mu) == 1:
-        return sig * float(mu[0])
-    return torch.from_numpy(mu).to(device)[:, None] * sig
+def _multiplier(mu, device):
+    """The host's mu (N,) as a factor of (K,) or (N, K) spectra: a single sample's as a float, which reaches the
+    device as a kernel argument (no copy); else an (N, 1) tensor there."""
+    return float(mu[0]) if len(mu) == 1 else torch.from_numpy(mu).to(device)[:, None]
 
 
 def projection_coefficients(energy, sig, eps):
@@ -129,9 +127,9 @@ def coefficients_and_inside(energy, sig, eps):
     inside = (eps_host > 0) & (mu_host == 0)
     all_outside = bool((mu_host > 0).all())
     if not need_grad:
-        soft = _scaled(sig, mu_host, energy.device).add_(1.0).reciprocal_()
-        soft = soft.mul_(float(mu_host[0])) if len(mu_host) == 1 else soft.mul_(soft.new_tensor(mu_host)[:, None])
-        soft = soft.expand_as(energy)  # mu / (1 + mu sig): 0 for samples inside their set, P(x) = x
+        mu = _multiplier(mu_host, energy.device)
+        soft = (sig * mu).add_(1.0).reciprocal_().mul_(mu)  # mu / (1 + mu sig): 0 inside their set, P(x) = x
+        soft = soft.expand_as(energy)
     else:
         # One differentiable Newton step at the root: value mu_root (phi ~ 0 there), gradient
         # -(dphi/dtheta) / phi'(mu) for theta = r (hence x, b) and eps: the implicit-function theorem.
