@@ -113,6 +113,31 @@ def test_centrosymmetric_eigenpairs_equal_a_dense_eigendecomposition():
     assert _centrosymmetric_eigenpairs(scipy.sparse.csr_matrix(a + a.T)) is None
 
 
+@pytest.mark.parametrize('n', [2, 3, 4, 9, 10, 64, 65])
+@pytest.mark.parametrize('band', [0, 1, 3, 5])
+def test_centrosymmetric_halves_from_the_band_equal_the_dense_blocks(n, band):
+    """The halves are built from the band's diagonals: they equal ``G11 + G13 J`` (bordered by ``sqrt(2)`` times
+    the middle column and the middle entry where n is odd) and ``G11 - G13 J`` of the dense matrix, symmetrised, to
+    the bit, for bands narrower and wider than the halves."""
+    from mcnet_basicsr.ops.separable import _centrosymmetric_halves
+    rng = np.random.default_rng(10 * n + band)
+    a = rng.standard_normal((n, n))
+    a = a + a.T
+    a = np.triu(np.tril(a + a[::-1, ::-1], band), -band)
+    plus, minus, found = _centrosymmetric_halves(scipy.sparse.csr_matrix(a))
+    h = n // 2
+    g11, g13j = a[:h, :h], a[:h, n - h:][:, ::-1]
+    ref_plus, ref_minus = g11 + g13j, g11 - g13j
+    if n % 2:
+        middle = np.sqrt(2.0) * a[:h, h:h + 1]
+        ref_plus = np.block([[ref_plus, middle], [middle.T, a[h, h]]])
+    assert found == min(band, n - 1)
+    assert np.array_equal(plus, 0.5 * (ref_plus + ref_plus.T))
+    assert np.array_equal(minus, 0.5 * (ref_minus + ref_minus.T))
+    a[0, 0] += 1.0 + abs(a).max()  # no longer centrosymmetric: a[-1, -1] is unchanged
+    assert _centrosymmetric_halves(scipy.sparse.csr_matrix(a)) is None
+
+
 @pytest.mark.parametrize('n,band', [(1, 0), (1, 3), (2, 1), (3, 3), (9, 0), (64, 1), (64, 2), (301, 3), (64, 5),
                                     (64, 20)])
 def test_banded_eigendecompositions_equal_a_dense_one(n, band):

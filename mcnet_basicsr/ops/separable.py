@@ -154,22 +154,47 @@ def _centrosymmetric_halves(gram):
     """The two half-size symmetric matrices ``G11 + G13 J`` (bordered by the middle column where the length is odd)
     and ``G11 - G13 J`` of a symmetric centrosymmetric ``gram`` (scipy sparse; :func:`_centrosymmetric_eigenpairs`
     says what they are), and the band they share with it; ``None`` if ``gram`` is not centrosymmetric to float64
-    rounding."""
+    rounding.
+
+    Built from the band's diagonals, O(n * band) besides the zeroed halves: G11 is the band's upper-left block and
+    ``G13 J`` (``G[i, n - 1 - j]``) folds only the entries within the band of the middle onto the halves' lower-right
+    corner, so only that corner is symmetrised (``(P + P^T) / 2``, which removes the fold's rounding asymmetry; the
+    rest is symmetric already)."""
     n = gram.shape[0]
-    gram = gram.tocsr()
-    mirrored = gram[::-1, ::-1]
-    if n < 2 or abs(gram - mirrored).max() > _rounding_level(gram):
+    if n < 2:
+        return None
+    band = _bandwidth(gram)  # the halves' too: G13 J only folds entries near the middle onto the band
+    diagonals = [gram.diagonal(k) for k in range(band + 1)]  # diagonal k holds G[i, i + k], i < n - k
+    tol = _rounding_level(gram)
+    # J G J = G: by symmetry, each diagonal of the upper triangle reads the same backwards
+    if any(abs(d - d[::-1]).max() > tol for d in diagonals if d.size):
         return None
     h = n // 2
-    top = gram[:h].toarray()  # the upper h rows: G11, (the middle column c,) G13
-    g11, g13j = top[:, :h], top[:, n - h:][:, ::-1]
-    plus = g11 + g13j
+    g11 = np.zeros((h, h))
+    for k, diagonal in enumerate(diagonals[:h]):
+        i = np.arange(h - k)
+        g11[i, i + k] = g11[i + k, i] = diagonal[:h - k]
+    # the fold's corner: G[i, n - 1 - j] lies on diagonal n - 1 - i - j of the upper triangle
+    c = min(band, h)
+    i, j = np.meshgrid(np.arange(h - c, h), np.arange(h - c, h), indexing='ij')
+    k = n - 1 - i - j
+    fold = np.zeros((c, c))
+    inside = k <= band
+    fold[inside] = [diagonals[kk][ii] for kk, ii in zip(k[inside], i[inside])]
+    halves = []
+    for sign in (1.0, -1.0):
+        half = g11.copy()
+        corner = g11[h - c:, h - c:] + sign * fold
+        half[h - c:, h - c:] = 0.5 * (corner + corner.T)
+        halves.append(half)
+    plus, minus = halves
     if n % 2:
-        middle = math.sqrt(2.0) * top[:, h:h + 1]
-        plus = np.block([[plus, middle], [middle.T, gram[h, h]]])
-    minus = g11 - g13j
-    band = _bandwidth(gram)  # the halves' too: G13 J only folds entries near the middle onto the band
-    return 0.5 * (plus + plus.T), 0.5 * (minus + minus.T), band
+        middle = np.zeros(h)  # G[i, h], on diagonal h - i
+        for k in range(1, min(band, h) + 1):
+            middle[h - k] = diagonals[k][h - k]
+        middle *= math.sqrt(2.0)
+        plus = np.block([[plus, middle[:, None]], [middle[None, :], diagonals[0][h]]])
+    return plus, minus, band
 
 
 def _centrosymmetric_eigenpairs(gram):
@@ -183,7 +208,8 @@ def _centrosymmetric_eigenpairs(gram):
     length n is odd), with v (and m) the eigenvectors of the (n + 1) // 2 and n // 2 square matrices
     ``G11 + G13 J`` (bordered by the middle column ``sqrt(2) c`` and entry g) and ``G11 - G13 J``, G11 and G13 the
     upper-left and upper-right n // 2 blocks. The split is an orthogonal change of basis, so the pairs are as exact as
-    one ``eigh``; two of half the size cost about a quarter of it (LAPACK's is O(n^3)).
+    one ``eigh``; two of half the size cost about a quarter of it (LAPACK's is O(n^3)). The vectors are written as the
+    rows of ``U^T`` in ascending order, row by row, and returned as its C-contiguous transpose.
     """
     halves = _centrosymmetric_halves(gram)
     if halves is None:
@@ -192,16 +218,22 @@ def _centrosymmetric_eigenpairs(gram):
     n, h = gram.shape[0], gram.shape[0] // 2
     plus_vals, plus_vecs = _eigh(plus, band)
     minus_vals, minus_vecs = _eigh(minus, band)
-    vecs = np.zeros((n, n))
-    half = plus_vecs[:h] / math.sqrt(2.0)
-    vecs[:h, :h + n % 2], vecs[n - h:, :h + n % 2] = half, half[::-1]
-    if n % 2:
-        vecs[h, :h + 1] = plus_vecs[h]
-    half = minus_vecs / math.sqrt(2.0)
-    vecs[:h, h + n % 2:], vecs[n - h:, h + n % 2:] = half, -half[::-1]
     vals = np.concatenate([plus_vals, minus_vals])
     order = np.argsort(vals, kind='stable')
-    return vals[order], np.take(vecs, order, axis=1)  # C-contiguous, unlike vecs[:, order]
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)
+    plus_at, minus_at = position[:h + n % 2], position[h + n % 2:]
+    root2 = math.sqrt(2.0)
+    rows = np.empty((n, n))  # U^T: row p is the p-th eigenvector
+    half = plus_vecs[:h].T / root2
+    rows[plus_at, :h], rows[plus_at, n - h:] = half, half[:, ::-1]
+    if n % 2:
+        rows[plus_at, h] = plus_vecs[h]
+    half = minus_vecs.T / root2
+    rows[minus_at, :h], rows[minus_at, n - h:] = half, -half[:, ::-1]
+    if n % 2:
+        rows[minus_at, h] = 0.0
+    return vals[order], np.ascontiguousarray(rows.T)
 
 
 class SeparableDownsample(DownsampleOperator):
