@@ -54,6 +54,8 @@ from .secular import projection_coefficients, solve_secular_equation
 __all__ = ['SeparableDownsample', 'solve_secular_equation']
 
 _DBL_EPS = float(np.finfo(np.float64).eps)
+#: rows of (U^T M)^T per sparse product of the host's set-up (2 MB of float64 at LR 1024)
+_ROTATED_BLOCK = 256
 
 
 def _left_right(x, left, right):
@@ -323,19 +325,25 @@ class SeparableDownsample(DownsampleOperator):
         return entry
 
     @staticmethod
-    def _rotated(entry, device, gemm=None):
-        """``U^T M`` (h x H) in float64 on ``device``, from a host entry with the eigenvectors; ``gemm``: by a dense
-        product on the device (default: on accelerators) instead of a sparse one on the host."""
+    def _rotated(entry, device, gemm=None, dtype=torch.float64):
+        """``U^T M`` (h x H) in ``dtype`` on ``device``, rounded once from float64, from a host entry with the
+        eigenvectors; ``gemm``: by a dense product on the device (default: on accelerators) instead of sparse ones on
+        the host."""
         if not (device.type != 'cpu' if gemm is None else gemm):
-            if 'rotated' not in entry:
-                # (M^T U)^T from a sparse product, kept as the transposed view (also after a cast, which preserves
-                # strides): a transposed copy would cost more than the rest of the set-up, and the matrix products
-                # take either layout at the same speed
-                entry['rotated'] = torch.from_numpy(entry['sparse'].scipy().T @ entry['eigvecs'].numpy()).T
-            return entry['rotated']
+            # (M^T U)^T, kept as the transposed view (also after a cast, which preserves strides): a transposed copy
+            # would cost more than the rest of the set-up, and the matrix products take either layout at the same
+            # speed. Sparse products of row blocks of M^T, each rounded to dtype as it is computed: the float64 matrix
+            # (32 MB at LR 1024 x4) is never held whole, and memory a process touches for the first time can cost
+            # more than the product (docs/benchmarks.md, "Projection set-up per image size")
+            rows = entry['sparse'].scipy().T.tocsr()
+            eigvecs = entry['eigvecs'].numpy()
+            out = torch.empty((rows.shape[0], eigvecs.shape[1]), dtype=dtype)
+            for start in range(0, rows.shape[0], _ROTATED_BLOCK):
+                out[start:start + _ROTATED_BLOCK] = torch.from_numpy(rows[start:start + _ROTATED_BLOCK] @ eigvecs)
+            return out.T
         # on an accelerator, one float64 matrix product there: the host would spend more filling, casting and
         # copying this (h x H) matrix (tens of MB at LR 1024) than the device spends computing it
-        return entry['eigvecs'].to(device).T @ entry['sparse'].to_tensor(torch.float64, device)
+        return (entry['eigvecs'].to(device).T @ entry['sparse'].to_tensor(torch.float64, device)).to(dtype)
 
     def _axis_inverse(self, length):
         """Add (once) ``gram_inv`` = ``(M M^T)^{-1}`` to the float64 entry, from a banded Cholesky factorisation
@@ -383,7 +391,7 @@ class SeparableDownsample(DownsampleOperator):
                 entry['matrix_t'] = entry['matrix'].T  # a view: the products take either layout at the same speed
             if need == 'spectral':
                 entry.update(eigvals=host['eigvals'].to(device), eigvecs=host['eigvecs'].to(device=device, dtype=dtype),
-                             rotated=self._rotated(host, device).to(dtype))
+                             rotated=self._rotated(host, device, dtype=dtype))
             elif need == 'inverse':
                 entry['gram_inv'] = self._gram_inverse(length, device).to(dtype)
             self._cast_axes[key] = entry
