@@ -56,6 +56,8 @@ __all__ = ['SeparableDownsample', 'solve_secular_equation']
 _DBL_EPS = float(np.finfo(np.float64).eps)
 #: rows of (U^T M)^T per sparse product of the host's set-up (2 MB of float64 at LR 1024)
 _ROTATED_BLOCK = 256
+#: columns of the DCT-II basis per block of its check (1 MB of float64 at LR 1024)
+_DCT_BLOCK = 128
 
 
 def _left_right(x, left, right):
@@ -83,6 +85,26 @@ def _dct2_residual(gram, basis):
     return eigvals, np.abs(product).max()
 
 
+def _dct2_pairs(gram, tol):
+    """The DCT-II pairs of ``gram`` in ascending order, if every column's residual (:func:`_dct2_residual`) is at most
+    ``tol``; else ``None``. Columns are checked ``_DCT_BLOCK`` at a time, and the basis is then written once, already in
+    ascending order: only the returned matrix is memory of the basis' size (a new size's first projection touches
+    it for the first time, which can cost more than the arithmetic: docs/benchmarks.md, "Projection set-up per image
+    size")."""
+    n = gram.shape[0]
+    eigvals = np.empty(n)
+    for start in range(0, n, _DCT_BLOCK):  # blocks of one width (the last overlaps the one before)
+        columns = np.arange(max(0, min(start, n - _DCT_BLOCK)), min(n, start + _DCT_BLOCK))
+        eigvals[columns], residual = _dct2_residual(gram, _dct2_basis(n, columns))
+        if residual > tol:
+            return None
+    order = np.argsort(eigvals, kind='stable')
+    vecs = np.empty((n, n))
+    for start in range(0, n, _DCT_BLOCK):
+        vecs[:, start:start + _DCT_BLOCK] = _dct2_basis(n, order[start:start + _DCT_BLOCK])
+    return eigvals[order], vecs
+
+
 def _rounding_level(gram):
     """What float64 rounding leaves in products with the symmetric ``gram`` (scipy sparse): ``64 eps_64 ||gram||_inf``,
     the bound an entry of a residual must stay under for pairs or symmetries to count as exact."""
@@ -106,11 +128,9 @@ def _gram_eigenpairs(gram, dense_fallback=True):
     tol = _rounding_level(gram)
     # a few columns first (O(n) each): an operator they fail is refused without the O(n^2) basis
     if _dct2_residual(gram, _dct2_basis(n, sorted({1 % n, n // 3, n // 2, n - 1})))[1] <= tol:
-        basis = _dct2_basis(n)
-        eigvals, residual = _dct2_residual(gram, basis)
-        if residual <= tol:
-            order = np.argsort(eigvals, kind='stable')
-            return eigvals[order], np.take(basis, order, axis=1)  # C-contiguous, unlike basis[:, order]
+        pairs = _dct2_pairs(gram, tol)
+        if pairs is not None:
+            return pairs
     if not dense_fallback:
         return None
     pairs = _centrosymmetric_eigenpairs(gram)
