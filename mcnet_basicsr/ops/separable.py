@@ -58,6 +58,8 @@ _DBL_EPS = float(np.finfo(np.float64).eps)
 _ROTATED_BLOCK = 256
 #: columns of the DCT-II basis per block of its check (1 MB of float64 at LR 1024)
 _DCT_BLOCK = 128
+#: columns of (M M^T)^{-1} per banded solve (1 MB of float64 at LR 1024)
+_INVERSE_BLOCK = 128
 
 
 def _left_right(x, left, right):
@@ -366,11 +368,11 @@ class SeparableDownsample(DownsampleOperator):
         return (entry['eigvecs'].to(device).T @ entry['sparse'].to_tensor(torch.float64, device)).to(dtype)
 
     def _axis_inverse(self, length):
-        """Add (once) ``gram_inv`` = ``(M M^T)^{-1}`` to the float64 entry, from a banded Cholesky factorisation
-        (O(length^2 * bandwidth), against O(length^3) for the eigendecomposition the eps = 0 projection does
-        not need)."""
+        """Add (once) ``gram_factor``, the banded Cholesky factor of ``M M^T`` (LAPACK's upper banded storage), to the
+        float64 entry: ``(M M^T)^{-1}`` costs O(length^2 * bandwidth) from it (:meth:`_banded_inverse`), against
+        O(length^3) for the eigendecomposition the eps = 0 projection does not need."""
         entry = self._axis_float64(length)
-        if 'gram_inv' not in entry:
+        if 'gram_factor' not in entry:
             import scipy.linalg  # see _sparse_gram
             gram = self._sparse_gram(entry)
             try:
@@ -380,21 +382,38 @@ class SeparableDownsample(DownsampleOperator):
             diag = factor[-1]
             if not diag.min() ** 2 > 1e-12 * abs(gram).sum(1).max():  # pivots against ||M M^T||
                 raise self._singular(length, f'smallest Cholesky pivot {diag.min():.3g}')
-            entry['gram_inv'] = torch.from_numpy(scipy.linalg.cho_solve_banded((factor, False), np.eye(len(diag))))
+            entry['gram_factor'] = factor
         return entry
 
-    def _gram_inverse(self, length, device, gemm=None):
-        """``(M M^T)^{-1}`` in float64 on ``device``. ``gemm`` (default: on accelerators): where the DCT pairs
-        diagonalise ``M M^T``, ``(U / s) U^T`` by one float64 product on the device, instead of the host's banded
-        solve for every column (:meth:`_axis_inverse`), which cost 45-50 ms at LR 1024 on an H100 machine's CPU
-        core against about 25 ms for the pairs and the product. The CPU keeps the banded solve (there the
-        O(length^3) product is the dearer one), as does an operator without DCT pairs."""
+    def _banded_inverse(self, length, dtype):
+        """``(M M^T)^{-1}`` in ``dtype`` on the host, rounded once from float64: the banded Cholesky solve of
+        ``_INVERSE_BLOCK`` columns of the identity at a time (LAPACK solves each column on its own, so the columns are
+        those of one solve of the whole identity), so the float64 matrix is never held whole."""
+        import scipy.linalg  # see _sparse_gram
+        factor = self._axis_inverse(length)['gram_factor']
+        n = factor.shape[1]
+        out = torch.empty((n, n), dtype=dtype)
+        identity = np.zeros((n, min(n, _INVERSE_BLOCK)))
+        for start in range(0, n, _INVERSE_BLOCK):
+            width = min(n - start, _INVERSE_BLOCK)
+            block = identity[:, :width]
+            block[start + np.arange(width), np.arange(width)] = 1.0
+            out[:, start:start + width] = torch.from_numpy(scipy.linalg.cho_solve_banded((factor, False), block))
+            block[start + np.arange(width), np.arange(width)] = 0.0
+        return out
+
+    def _gram_inverse(self, length, device, gemm=None, dtype=torch.float64):
+        """``(M M^T)^{-1}`` in ``dtype`` on ``device``, rounded once from float64. ``gemm`` (default: on
+        accelerators): where the DCT pairs diagonalise ``M M^T``, ``(U / s) U^T`` by one float64 product on the device,
+        instead of the host's banded solve for every column (:meth:`_banded_inverse`), which cost 45-50 ms at LR 1024
+        on an H100 machine's CPU core against about 25 ms for the pairs and the product. The CPU keeps the banded solve
+        (there the O(length^3) product is the dearer one), as does an operator without DCT pairs."""
         if device.type != 'cpu' if gemm is None else gemm:
             entry = self._axis_spectrum(length, dense_fallback=False)
             if entry is not None:
                 eigvecs = entry['eigvecs'].to(device)
-                return (eigvecs / entry['eigvals'].to(device)) @ eigvecs.T
-        return self._axis_inverse(length)['gram_inv'].to(device)
+                return ((eigvecs / entry['eigvals'].to(device)) @ eigvecs.T).to(dtype)
+        return self._banded_inverse(length, dtype).to(device)
 
     def _axis(self, length, dtype, device, need=None):
         """The cast entry of one axis length; ``need``: None (M only), 'spectral' (:meth:`_axis_spectrum`) or
@@ -413,7 +432,7 @@ class SeparableDownsample(DownsampleOperator):
                 entry.update(eigvals=host['eigvals'].to(device), eigvecs=host['eigvecs'].to(device=device, dtype=dtype),
                              rotated=self._rotated(host, device, dtype=dtype))
             elif need == 'inverse':
-                entry['gram_inv'] = self._gram_inverse(length, device).to(dtype)
+                entry['gram_inv'] = self._gram_inverse(length, device, dtype=dtype)
             self._cast_axes[key] = entry
             self._evict(self._cast_axes)
         else:
