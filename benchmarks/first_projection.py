@@ -1,0 +1,114 @@
+"""The first projection on a new image size in a fresh process, as ``mcnet-sr`` meets it.
+
+``benchmark_ops.py``'s "first project" columns build fresh operators one after the other in one process, whose
+allocator hands each set-up the memory the previous one freed. A process that meets its first size has no such
+memory: every array of the set-up is memory it touches for the first time, which on some machines (virtual ones
+especially) costs more than the arithmetic. Here each measurement runs in its own process: it loads the libraries
+with a projection on a small size, then times the first ``project`` of a fresh operator on a 1 x 1 x (s LR) x (8 s)
+input (one long axis, whose set-up dominates), and a second call on the same size:
+
+    python benchmarks/first_projection.py --types matlab-bicubic pil-bicubic pil-bilinear pil-lanczos torch-bicubic \\
+        torch-bilinear cv2-area gaussian --scales 2 4 --processes 5 --threads 2 \\
+        --out docs/records/first_projection_fresh_cpu.json
+
+Each cell is the median (and range) of ``--processes`` processes; eps > 0 is ``eps_from_rms(QUANTIZATION_EPS_RMS)``.
+Such times drift on a shared machine; ``--baseline DIR`` compares with the package of another checkout (a ``git
+worktree``) process by process, alternating the two, so that the drift falls on both columns alike.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+
+def child(name, scale, lr, eps_positive, threads):
+    """One process's measurement: (first projection, second projection) in ms."""
+    import torch
+
+    from mcnet_basicsr.ops import DEGRADATIONS, QUANTIZATION_EPS_RMS, build_operator, eps_from_rms
+    torch.set_num_threads(threads)
+    opt = dict(DEGRADATIONS.get(name, {'type': name}), scale=scale)
+    small = torch.rand(1, 1, 16 * scale, 8 * scale, dtype=torch.float64).float()
+    warm = build_operator(opt)
+    warm.project(small, warm(small), 1e-3 if eps_positive else 0.0)  # libraries loaded, as any first call pays
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(1, 1, lr * scale, 8 * scale, generator=gen, dtype=torch.float64).float()
+    b = build_operator(opt)(torch.rand(x.shape, generator=gen, dtype=torch.float64).float())
+    eps = eps_from_rms(QUANTIZATION_EPS_RMS, b[0].numel()) if eps_positive else 0.0
+    op = build_operator(opt)
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        op.project(x, b, eps)
+        times.append(1e3 * (time.perf_counter() - start))
+    return times
+
+
+def measure(name, scale, lr, eps_positive, threads, pythonpath=None):
+    """One fresh process's (first, second) projection times; ``pythonpath``: import the package from there."""
+    env = dict(os.environ)
+    if pythonpath:
+        env['PYTHONPATH'] = os.pathsep.join([pythonpath] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
+    out = subprocess.run([sys.executable, __file__, '--child', name, str(scale), str(lr), str(int(eps_positive)),
+                          str(threads)], check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def cell(values):
+    return f'{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})'
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == '--child':
+        name, scale, lr, eps_positive, threads = sys.argv[2:7]
+        return print(json.dumps(child(name, int(scale), int(lr), eps_positive == '1', int(threads))))
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--types', nargs='+', default=['matlab-bicubic'], help='DEGRADATIONS names or operator types')
+    parser.add_argument('--scales', nargs='+', type=int, default=[2, 4])
+    parser.add_argument('--lr', type=int, default=1024, help='LR length of the long axis')
+    parser.add_argument('--processes', type=int, default=5)
+    parser.add_argument('--threads', type=int, default=2, help='torch CPU threads in each process')
+    parser.add_argument('--baseline', default=None, metavar='DIR',
+                        help='also time the package found in DIR (a checkout), alternating with this one')
+    parser.add_argument('--note', default='', help='free text kept in the record (e.g. the commit measured)')
+    parser.add_argument('--out', default=None, help='write the record (JSON) here')
+    args = parser.parse_args()
+    rows = []
+    sides = [('', None)] + ([('baseline_', args.baseline)] if args.baseline else [])
+    head = '| type | scale | LR | first eps=0 | first eps>0 | second eps>0 |'
+    if args.baseline:
+        head += ' baseline: first eps=0 | first eps>0 | second eps>0 |'
+    print(head + '\n|' + '---|' * (head.count('|') - 1), flush=True)
+    for name in args.types:
+        for scale in args.scales:
+            row = {'type': name, 'scale': scale, 'lr': args.lr}
+            for eps_positive in (False, True):
+                for _ in range(args.processes):
+                    for prefix, path in sides:
+                        first, second = measure(name, scale, args.lr, eps_positive, args.threads, path)
+                        keys = ('first_eps_ms', 'second_eps_ms') if eps_positive else ('first_eps0_ms', None)
+                        row.setdefault(prefix + keys[0], []).append(first)
+                        if keys[1]:
+                            row.setdefault(prefix + keys[1], []).append(second)
+            rows.append(row)
+            line = f'| {name} | x{scale} | {args.lr} |'
+            for prefix, _ in sides:
+                for key in ('first_eps0_ms', 'first_eps_ms', 'second_eps_ms'):
+                    line += f' {cell(row[prefix + key])} |'
+            print(line, flush=True)
+    if args.out:
+        import torch
+        record = {'argv': sys.argv, 'note': args.note, 'machine': f'{platform.machine()} {platform.processor()}',
+                  'python': platform.python_version(), 'torch': torch.__version__, 'threads': args.threads,
+                  'processes': args.processes, 'baseline': args.baseline, 'rows': rows}
+        with open(args.out, 'w') as f:
+            f.write(json.dumps(record, indent=1) + '\n')
+        print(f'wrote {args.out}', file=sys.stderr)
+
+
+if __name__ == '__main__':
+    main()
