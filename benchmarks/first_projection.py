@@ -62,6 +62,18 @@ def cell(values):
     return f'{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})'
 
 
+def table(record):
+    """The record as docs/benchmarks.md's table: first projections with eps = 0 and eps > 0, a later eps > 0 one, and
+    the baseline's first projections."""
+    lines = ['| type | scale | eps = 0 | eps > 0 | a later eps > 0 | eps = 0, whole matrices '
+             '| eps > 0, whole matrices |', '|---|---|---|---|---|---|---|']
+    for row in record['rows']:
+        lines.append(f"| {row['type']} | x{row['scale']} | {cell(row['first_eps0_ms'])} | {cell(row['first_eps_ms'])} "
+                     f"| {cell(row['second_eps_ms'])} | {cell(row['baseline_first_eps0_ms'])} "
+                     f"| {cell(row['baseline_first_eps_ms'])} |")
+    return '\n'.join(lines)
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == '--child':
         name, scale, lr, eps_positive, threads = sys.argv[2:7]
