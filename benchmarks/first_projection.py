@@ -7,13 +7,13 @@ especially) costs more than the arithmetic. Here each measurement runs in its ow
 with a projection on a small size, then times the first ``project`` of a fresh operator on a 1 x 1 x (s LR) x (8 s)
 input (one long axis, whose set-up dominates), and a second call on the same size:
 
-    python benchmarks/first_projection.py --types matlab-bicubic pil-bicubic pil-bilinear pil-lanczos torch-bicubic \\
-        torch-bilinear cv2-area gaussian --scales 2 4 --processes 5 --threads 2 \\
-        --out docs/records/first_projection_fresh_cpu.json
+    python benchmarks/first_projection.py --types matlab-bicubic pil-bicubic pil-bilinear cv2-area gaussian \\
+        --scales 2 4 --processes 4 --threads 2 --baseline DIR --out docs/records/first_projection_fresh_cpu.json
 
 Each cell is the median (and range) of ``--processes`` processes; eps > 0 is ``eps_from_rms(QUANTIZATION_EPS_RMS)``.
 Such times drift on a shared machine; ``--baseline DIR`` compares with the package of another checkout (a ``git
-worktree``) process by process, alternating the two, so that the drift falls on both columns alike.
+worktree``) process by process, alternating the two, so that the drift falls on both columns alike (the docs' table,
+:func:`table`, shows both).
 """
 import argparse
 import json
@@ -102,10 +102,10 @@ def main():
                 for _ in range(args.processes):
                     for prefix, path in sides:
                         first, second = measure(name, scale, args.lr, eps_positive, args.threads, path)
-                        keys = ('first_eps_ms', 'second_eps_ms') if eps_positive else ('first_eps0_ms', None)
-                        row.setdefault(prefix + keys[0], []).append(first)
-                        if keys[1]:
-                            row.setdefault(prefix + keys[1], []).append(second)
+                        times = {'first_eps_ms': first, 'second_eps_ms': second} if eps_positive else {
+                            'first_eps0_ms': first}
+                        for key, ms in times.items():
+                            row.setdefault(prefix + key, []).append(ms)
             rows.append(row)
             line = f'| {name} | x{scale} | {args.lr} |'
             for prefix, _ in sides:
