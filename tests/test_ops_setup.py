@@ -68,6 +68,28 @@ def test_inverse_from_dct_pairs_equals_the_banded_one(op_type, scale):
         assert (banded - product).abs().max() <= 64 * 1e-16 * banded.abs().max()
 
 
+@pytest.mark.parametrize('op_type,scale', [('bicubic', 2), ('gaussian', 2), ('gaussian', 4), ('pil-lanczos', 3),
+                                           ('pil-bilinear', 2), ('cv2-cubic', 4)])
+def test_banded_inverse_is_symmetric_and_its_lower_triangle_is_the_whole_columns_solve(op_type, scale):
+    """The host solves each block of identity columns only from its first column down: the lower triangle is bit for
+    bit LAPACK's solve of the whole columns, the upper one its transpose, and the matrix the dense inverse to float64
+    rounding; in float32, the lower triangle is the rounded float64 one (lengths below, at and across the block)."""
+    import scipy.linalg
+
+    from mcnet_basicsr.ops import DEGRADATIONS
+    op = build_operator(dict(DEGRADATIONS.get(op_type, {'type': op_type}), scale=scale))
+    for lr in (1, 5, separable._INVERSE_BLOCK, 2 * separable._INVERSE_BLOCK + 37):
+        length = lr * scale
+        factor = op._axis_inverse(length)['gram_factor']
+        whole = torch.from_numpy(scipy.linalg.cho_solve_banded((factor, False), np.eye(lr)))
+        inverse = op._banded_inverse(length, torch.float64)
+        assert torch.equal(inverse.tril(), whole.tril()) and torch.equal(inverse, inverse.T)
+        gram = op._sparse_gram(op._axis_float64(length)).toarray()
+        assert np.abs(inverse.numpy() - np.linalg.inv(gram)).max() <= 64 * 1e-16 * np.linalg.cond(gram)
+        single = op._banded_inverse(length, torch.float32)
+        assert torch.equal(single.tril(), whole.tril().float()) and torch.equal(single, single.T)
+
+
 def test_inverse_without_dct_pairs_never_runs_a_dense_eigendecomposition(monkeypatch):
     """An operator whose M M^T the DCT does not diagonalise (a Gaussian) gets the banded inverse on an accelerator
     too: an O(length^3) eigh would cost more than it saves. The failed check is remembered."""

@@ -387,17 +387,27 @@ class SeparableDownsample(DownsampleOperator):
         return entry
 
     def _banded_inverse(self, length, dtype):
-        """``(M M^T)^{-1}`` in ``dtype`` on the host, rounded once from float64: the banded Cholesky solve of
-        ``_INVERSE_BLOCK`` columns of the identity at a time (LAPACK solves each column on its own, so the columns are
-        those of one solve of the whole identity), so the float64 matrix is never held whole."""
+        """``(M M^T)^{-1}`` in ``dtype`` on the host, rounded once from float64: banded Cholesky solves of
+        ``_INVERSE_BLOCK`` columns of the identity at a time, each only for the rows from its first column down. It is
+        exactly symmetric: its lower triangle is solved, and the upper one is its transpose.
+
+        A column ``e_j`` of the identity has zeros above row j, and so has its forward substitution; the backward one
+        needs only the rows from j down. The solve of the trailing factor ``U[j:, j:]`` (LAPACK's upper banded storage
+        from column j) therefore gives those rows bit for bit as a solve of the whole column, at half the work in all;
+        the float64 matrix is never held whole."""
         import scipy.linalg  # see _sparse_gram
         factor = self._axis_inverse(length)['gram_factor']
         n = factor.shape[1]
         out = torch.empty((n, n), dtype=dtype)
         for start in range(0, n, _INVERSE_BLOCK):
-            columns = np.eye(n, min(n - start, _INVERSE_BLOCK), -start)  # columns start, start + 1, ... of I
-            out[:, start:start + columns.shape[1]] = torch.from_numpy(
-                scipy.linalg.cho_solve_banded((factor, False), columns))
+            width = min(n - start, _INVERSE_BLOCK)
+            # rows start, start + 1, ... of columns start .. start + width - 1 of the identity
+            columns = np.eye(n - start, width)
+            lower = torch.from_numpy(scipy.linalg.cho_solve_banded((factor[:, start:], False), columns))
+            block = lower[:width]
+            out[start:start + width, start:start + width] = block.tril() + block.tril(-1).T
+            out[start + width:, start:start + width] = lower[width:]
+            out[start:start + width, start + width:] = lower[width:].T
         return out
 
     def _gram_inverse(self, length, device, gemm=None, dtype=torch.float64):
