@@ -44,7 +44,6 @@ of O(H * W * taps) for a banded implementation.
 """
 import collections
 import math
-import warnings
 
 import numpy as np
 import torch
@@ -358,21 +357,12 @@ class SeparableDownsample(DownsampleOperator):
             # would cost more than the rest of the set-up, and the matrix products take either layout at the same
             # speed. Sparse products of row blocks of M^T, each rounded to dtype as it is computed: the float64 matrix
             # (32 MB at LR 1024 x4) is never held whole, and memory a process touches for the first time can cost
-            # more than the product (docs/benchmarks.md, "Projection set-up per image size"). torch's CSR product
-            # sums each row's terms in scipy's order (the same matrix to the bit) in about half its time, and stays
-            # in torch's thread pool
+            # more than the product (docs/benchmarks.md, "Projection set-up per image size")
             rows = entry['sparse'].scipy().T.tocsr()
-            eigvecs = entry['eigvecs']
+            eigvecs = entry['eigvecs'].numpy()
             out = torch.empty((rows.shape[0], eigvecs.shape[1]), dtype=dtype)
-            with warnings.catch_warnings():  # torch says once per process that its CSR tensors are beta
-                warnings.filterwarnings('ignore', 'Sparse CSR tensor support is in beta', UserWarning)
-                for start in range(0, rows.shape[0], _ROTATED_BLOCK):
-                    block = rows[start:start + _ROTATED_BLOCK]
-                    block = torch.sparse_csr_tensor(torch.from_numpy(block.indptr.astype(np.int64)),
-                                                    torch.from_numpy(block.indices.astype(np.int64)),
-                                                    torch.from_numpy(block.data), size=block.shape,
-                                                    check_invariants=False)  # scipy's CSR: sorted, in bounds
-                    out[start:start + _ROTATED_BLOCK] = torch.sparse.mm(block, eigvecs)
+            for start in range(0, rows.shape[0], _ROTATED_BLOCK):
+                out[start:start + _ROTATED_BLOCK] = torch.from_numpy(rows[start:start + _ROTATED_BLOCK] @ eigvecs)
             return out.T
         # on an accelerator, one float64 matrix product there: the host would spend more filling, casting and
         # copying this (h x H) matrix (tens of MB at LR 1024) than the device spends computing it
