@@ -4,9 +4,10 @@ Pillow's and torch's antialiasing resizers get the eigenpairs of ``M M^T`` from 
 (``mcnet_basicsr.ops.separable._centrosymmetric_eigenpairs``). Each half is banded like ``M M^T`` (bilinear:
 tridiagonal, bicubic: 3 diagonals a side, Lanczos: 5); the Gaussian operator (``gaussian``, not mirror-symmetric)
 gets one of the whole length. This times them at one LR length with LAPACK's dense
-``eigh`` (torch) and with LAPACK's banded divide and conquer through scipy (``dstevd`` for a tridiagonal matrix, what
-the package's ``_eigh`` runs there; ``dsbevd`` for wider bands, which the package leaves to the dense one), and checks
-that both give the same eigenvalues and orthonormal eigenpairs:
+``eigh`` (torch, what the package runs) and with LAPACK's banded divide and conquer through scipy (``dstevd`` for a
+tridiagonal matrix, ``dsbevd`` for wider bands), and checks that both give the same eigenvalues and orthonormal
+eigenpairs. Each solver is timed alone here; in the package's set-up scipy's would also slow the torch work after it
+(its OpenBLAS threads keep spinning), which this study does not measure:
 
     python benchmarks/eigensolver_study.py --lr 1024 --threads 2 --out docs/records/eigensolver_study_cpu.json
 """
@@ -42,9 +43,10 @@ def dense(matrix):
 
 
 def banded(matrix, band):
-    """The banded divide and conquer, also where the package keeps the dense solver (wider than tridiagonal)."""
-    if band <= 1:
-        return _eigh(matrix, band)
+    """LAPACK's banded divide and conquer (scipy's): ``dstevd`` for a tridiagonal matrix, ``dsbevd`` for wider bands."""
+    if band <= 1 and len(matrix) > 1:
+        return scipy.linalg.eigh_tridiagonal(np.diagonal(matrix).copy(), np.diagonal(matrix, 1).copy(),
+                                             lapack_driver='stevd')
     return scipy.linalg.eig_banded(_upper_banded(matrix, band), check_finite=False)
 
 

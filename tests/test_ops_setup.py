@@ -119,6 +119,23 @@ def test_cast_entry_keeps_what_each_projection_needs():
     assert entry['matrix'] is matrix and entry['gram_inv'] is gram_inv and 'rotated' in entry
 
 
+def test_eps_positive_projection_builds_no_dense_operator_matrix():
+    """An eps > 0 projection on a new size casts only what it uses (U, U^T M): M itself, as large as U^T M, is filled
+    when a forward or adjoint first needs it, and the pairs stay in the entry."""
+    from mcnet_basicsr.ops import DEGRADATIONS
+    op = build_operator(dict(DEGRADATIONS['pil-bicubic'], scale=2))
+    g = torch.Generator().manual_seed(2)
+    x = torch.rand(1, 1, 24, 20, generator=g, dtype=torch.float64)
+    b = torch.rand(1, 1, 12, 10, generator=g, dtype=torch.float64)
+    out = op.project(x, b, 0.05)
+    entry = op._cast_axes[(24, torch.float64, torch.device('cpu'))]
+    assert 'matrix' not in entry and 'rotated' in entry
+    assert abs(float(torch.linalg.norm(op(out) - b)) - 0.05) < 1e-12
+    rotated = op._cast_axes[(24, torch.float64, torch.device('cpu'))]['rotated']
+    entry = op._cast_axes[(24, torch.float64, torch.device('cpu'))]
+    assert 'matrix' in entry and entry['rotated'] is rotated
+
+
 def test_centrosymmetric_eigenpairs_equal_a_dense_eigendecomposition():
     """A symmetric centrosymmetric matrix (J G J = G) is split into two half-size eigenproblems: its eigenvalues are
     the dense ones, its eigenvectors orthonormal eigenvectors, for odd and even sizes; any other matrix gets None."""
@@ -163,12 +180,12 @@ def test_centrosymmetric_halves_from_the_band_equal_the_dense_blocks(n, band):
 @pytest.mark.parametrize('n,band', [(1, 0), (1, 3), (2, 1), (3, 3), (9, 0), (64, 1), (64, 2), (301, 3), (64, 5),
                                     (64, 20)])
 def test_banded_eigendecompositions_equal_a_dense_one(n, band):
-    """A symmetric matrix with ``band`` diagonals each side (tridiagonal: LAPACK's tridiagonal solver; wider: the
-    dense one) gets its eigenvalues ascending and orthonormal eigenvectors, to float64 rounding."""
+    """A symmetric matrix with ``band`` diagonals each side (the resizers' halves have 1, 3 or 5; the Gaussian's
+    axis 2-5) gets its eigenvalues ascending and orthonormal eigenvectors, to float64 rounding."""
     rng = np.random.default_rng(n + band)
     a = rng.standard_normal((n, n))
     a = np.triu(np.tril(a + a.T, band), -band)
-    vals, vecs = separable._eigh(a, band)  # a band at least the size: the matrix is dense
+    vals, vecs = separable._eigh(a)  # a band at least the size: the matrix is dense
     assert vals.shape == (n, ) and vecs.shape == (n, n)
     assert np.abs(vals - np.linalg.eigvalsh(a)).max() <= 1e-13 * n
     assert np.abs(vecs.T @ vecs - np.eye(n)).max() <= 1e-13 * n
@@ -182,7 +199,7 @@ def test_antialiasing_resizers_are_diagonalised_by_half_size_eigendecompositions
     from mcnet_basicsr.ops import DEGRADATIONS
     sizes = []
     eigh = separable._eigh
-    monkeypatch.setattr(separable, '_eigh', lambda m, band=None: sizes.append(m.shape[0]) or eigh(m, band))
+    monkeypatch.setattr(separable, '_eigh', lambda m: sizes.append(m.shape[0]) or eigh(m))
     for scale, length in ((2, 2 * 37), (3, 3 * 40), (4, 4 * 64)):
         op = build_operator(dict(DEGRADATIONS[name], scale=scale))
         entry = op._axis_spectrum(length)

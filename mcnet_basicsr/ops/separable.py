@@ -29,13 +29,13 @@ factorisation and inverse of the (H/s x H/s) matrix ``M M^T`` (eps = 0) or its e
 ``M M^T`` and ``U^T M`` come from sparse products, M being banded), and later calls only matrix products.
 The eigendecomposition is the DCT-II basis where that diagonalises ``M M^T`` to float64 rounding (bicubic
 and box: see :func:`_gram_eigenpairs`), else two half-size eigenproblems where ``M M^T`` is centrosymmetric (Pillow's
-and torch's antialiasing resizers: :func:`_centrosymmetric_eigenpairs`), else one of the whole length; each is LAPACK's
-tridiagonal solver where ``M M^T`` is tridiagonal, its dense ``eigh`` otherwise (:func:`_eigh`). The factorisations
-run on the CPU in float64 from the nonzeros of M (:meth:`SeparableDownsample.axis_sparse`); M itself is filled on the
-input's device from those, and ``U^T M`` is one float64 product there on an accelerator (sparse products of
-row blocks on the CPU); so is ``(M M^T)^{-1} = U diag(1/s) U^T`` where the DCT pairs apply (banded Cholesky solves of
-column blocks on the CPU and for other operators). Everything is rounded to the input's dtype once, from float64 (on
-the CPU block by block, so no float64 copy of these matrices is held whole), so float32 projections are
+and torch's antialiasing resizers: :func:`_centrosymmetric_eigenpairs`), else one of the whole length; each is
+torch's (LAPACK's) dense ``eigh`` (:func:`_eigh`). The factorisations run on the CPU in float64 from the nonzeros of M
+(:meth:`SeparableDownsample.axis_sparse`); M itself is filled on the input's device from those (only where a forward,
+an adjoint or an eps = 0 projection uses it), and ``U^T M`` is one float64 product there on an accelerator (sparse
+products of row blocks on the CPU); so is ``(M M^T)^{-1} = U diag(1/s) U^T`` where the DCT pairs apply (banded Cholesky
+solves of column blocks on the CPU and for other operators). Everything is rounded to the input's dtype once, from
+float64 (on the CPU block by block, so no float64 copy of these matrices is held whole), so float32 projections are
 feasible to ~1e-7 relative (K is well conditioned for bicubic/box: cond(M M^T) ~ 2 and 1).
 
 The 1-D matrices are stored dense: the products are then plain GEMMs (fast on GPU, and on CPU
@@ -61,6 +61,15 @@ _ROTATED_BLOCK = 256
 _DCT_BLOCK = 128
 #: columns of (M M^T)^{-1} per banded solve (1 MB of float64 at LR 1024)
 _INVERSE_BLOCK = 128
+
+
+def _host_array(shape):
+    """An uninitialised float64 numpy array in memory that torch allocated, for the set-up's arrays of an axis length
+    squared. numpy advises the kernel to back arrays of 4 MB and more with transparent huge pages (``madvise``); where
+    the kernel's THP defrag setting is ``madvise`` (CI's 2-core machine type among others), the first fill of such an
+    array can then stall for tens of milliseconds while the kernel compacts memory, more than the arithmetic of a new
+    size's set-up. torch's allocator gives no such advice, so these arrays take ordinary pages."""
+    return torch.empty(shape, dtype=torch.float64).numpy()
 
 
 def _left_right(x, left, right):
@@ -102,7 +111,7 @@ def _dct2_pairs(gram, tol):
         if residual > tol:
             return None
     order = np.argsort(eigvals, kind='stable')
-    vecs = np.empty((n, n))
+    vecs = _host_array((n, n))
     for start in range(0, n, _DCT_BLOCK):
         vecs[:, start:start + _DCT_BLOCK] = _dct2_basis(n, order[start:start + _DCT_BLOCK])
     return eigvals[order], vecs
@@ -139,7 +148,7 @@ def _gram_eigenpairs(gram, dense_fallback=True):
     pairs = _centrosymmetric_eigenpairs(gram)
     if pairs is not None:
         return pairs
-    return _eigh(gram.toarray(), _bandwidth(gram))
+    return _eigh(gram.toarray(out=_host_array(gram.shape)))
 
 
 def _bandwidth(matrix):
@@ -158,19 +167,15 @@ def _upper_banded(matrix, band):
     return upper
 
 
-def _eigh(matrix, band=None):
+def _eigh(matrix):
     """LAPACK's eigenvalues (ascending) and orthonormal eigenvectors of a symmetric float64 numpy matrix, as numpy.
 
-    ``band``: no nonzero lies further than this from the diagonal. A tridiagonal matrix (``band <= 1``: the bilinear
-    resizers' halves) gets LAPACK's tridiagonal divide and conquer (``dstevd``), which skips the dense reduction to
-    tridiagonal form; wider bands keep the dense ``eigh``, LAPACK's banded solver (``dsbevd``) not being reliably
-    faster there (``docs/benchmarks.md``, "Projection set-up per image size", has both measured).
+    torch's dense ``eigh``, also for the tridiagonal halves of the bilinear resizers: scipy's tridiagonal divide and
+    conquer (``dstevd``) is faster alone, but its matrix products run on OpenBLAS' threads, which keep spinning for
+    about 0.1 s after it returns and slow torch's own threads meanwhile (a product of the set-up then takes up to 35
+    times as long on two cores), so the set-up keeps to torch's LAPACK and threads (``docs/benchmarks.md``,
+    "Projection set-up per image size").
     """
-    n = matrix.shape[0]
-    if band is not None and band <= 1 and n > 1:
-        import scipy.linalg  # see _sparse_gram
-        return scipy.linalg.eigh_tridiagonal(np.diagonal(matrix).copy(), np.diagonal(matrix, 1).copy(),
-                                             lapack_driver='stevd')
     eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(matrix))
     return eigvals.numpy(), eigvecs.numpy()
 
@@ -195,7 +200,8 @@ def _centrosymmetric_halves(gram):
     if any(abs(d - d[::-1]).max() > tol for d in diagonals if d.size):
         return None
     h = n // 2
-    g11 = np.zeros((h, h))
+    g11 = _host_array((h, h))
+    g11.fill(0.0)
     for k, diagonal in enumerate(diagonals[:h]):
         i = np.arange(h - k)
         g11[i, i + k] = g11[i + k, i] = diagonal[:h - k]
@@ -208,7 +214,8 @@ def _centrosymmetric_halves(gram):
     fold[inside] = [diagonals[kk][ii] for kk, ii in zip(k[inside], i[inside])]
     halves = []
     for sign in (1.0, -1.0):
-        half = g11.copy()
+        half = _host_array((h, h))
+        half[...] = g11
         corner = g11[h - c:, h - c:] + sign * fold
         half[h - c:, h - c:] = 0.5 * (corner + corner.T)
         halves.append(half)
@@ -218,7 +225,9 @@ def _centrosymmetric_halves(gram):
         for k in range(1, min(band, h) + 1):
             middle[h - k] = diagonals[k][h - k]
         middle *= math.sqrt(2.0)
-        plus = np.block([[plus, middle[:, None]], [middle[None, :], diagonals[0][h]]])
+        bordered = _host_array((h + 1, h + 1))
+        bordered[:h, :h], bordered[:h, h], bordered[h, :h], bordered[h, h] = plus, middle, middle, diagonals[0][h]
+        plus = bordered
     return plus, minus, band
 
 
@@ -234,31 +243,35 @@ def _centrosymmetric_eigenpairs(gram):
     ``G11 + G13 J`` (bordered by the middle column ``sqrt(2) c`` and entry g) and ``G11 - G13 J``, G11 and G13 the
     upper-left and upper-right n // 2 blocks. The split is an orthogonal change of basis, so the pairs are as exact as
     one ``eigh``; two of half the size cost about a quarter of it (LAPACK's is O(n^3)). The vectors are written as the
-    rows of ``U^T`` in ascending order, row by row, and returned as its C-contiguous transpose.
+    columns of U in ascending order.
     """
     halves = _centrosymmetric_halves(gram)
     if halves is None:
         return None
-    plus, minus, band = halves
+    plus, minus, _ = halves
     n, h = gram.shape[0], gram.shape[0] // 2
-    plus_vals, plus_vecs = _eigh(plus, band)
-    minus_vals, minus_vecs = _eigh(minus, band)
+    plus_vals, plus_vecs = _eigh(plus)
+    minus_vals, minus_vecs = _eigh(minus)
     vals = np.concatenate([plus_vals, minus_vals])
     order = np.argsort(vals, kind='stable')
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n)
     plus_at, minus_at = position[:h + n % 2], position[h + n % 2:]
     root2 = math.sqrt(2.0)
-    rows = np.empty((n, n))  # U^T: row p is the p-th eigenvector
-    half = plus_vecs[:h].T / root2
-    rows[plus_at, :h], rows[plus_at, n - h:] = half, half[:, ::-1]
+    # U's columns in ascending order, scattered by torch's index_copy_ on its threads (numpy's scatter of the rows of
+    # U^T and a transposed copy took twice as long)
+    vecs = torch.empty((n, n), dtype=torch.float64)
+    plus_at, minus_at = torch.from_numpy(plus_at), torch.from_numpy(minus_at)
+    plus = torch.from_numpy(plus_vecs[:h]) / root2
+    minus = torch.from_numpy(minus_vecs) / root2
+    vecs[:h].index_copy_(1, plus_at, plus)
+    vecs[n - h:].index_copy_(1, plus_at, plus.flip(0))
+    vecs[:h].index_copy_(1, minus_at, minus)
+    vecs[n - h:].index_copy_(1, minus_at, minus.neg().flip(0))
     if n % 2:
-        rows[plus_at, h] = plus_vecs[h]
-    half = minus_vecs.T / root2
-    rows[minus_at, :h], rows[minus_at, n - h:] = half, -half[:, ::-1]
-    if n % 2:
-        rows[minus_at, h] = 0.0
-    return vals[order], np.ascontiguousarray(rows.T)
+        vecs[h].index_copy_(0, plus_at, torch.from_numpy(plus_vecs[h]))
+        vecs[h, minus_at] = 0.0
+    return vals[order], vecs.numpy()
 
 
 class SeparableDownsample(DownsampleOperator):
@@ -424,8 +437,9 @@ class SeparableDownsample(DownsampleOperator):
         return self._banded_inverse(length, dtype).to(device)
 
     def _axis(self, length, dtype, device, need=None):
-        """The cast entry of one axis length; ``need``: None (M only), 'spectral' (:meth:`_axis_spectrum`) or
-        'inverse' (:meth:`_axis_inverse`)."""
+        """The cast entry of one axis length; ``need``: None (M), 'spectral' (the eigenpairs and ``U^T M``:
+        :meth:`_axis_spectrum`; not M, which the eps > 0 projection does not use) or 'inverse' (M and
+        ``(M M^T)^{-1}``: :meth:`_axis_inverse`)."""
         device = torch.device(device)
         key = (length, dtype, device)
         entry = self._cast_axes.get(key)
@@ -433,7 +447,7 @@ class SeparableDownsample(DownsampleOperator):
         if entry is None or marker not in entry:
             host = self._axis_spectrum(length) if need == 'spectral' else self._axis_float64(length)
             entry = dict(entry or {})  # keeps what an earlier need added
-            if 'matrix' not in entry:
+            if need != 'spectral' and 'matrix' not in entry:
                 entry['matrix'] = host['sparse'].to_tensor(dtype, device)  # filled on the device from the nonzeros
                 entry['matrix_t'] = entry['matrix'].T  # a view: the products take either layout at the same speed
             if need == 'spectral':
