@@ -102,7 +102,7 @@ class BlurDownsample(DownsampleOperator):
 
     #: entries kept in the per-instance cache (one entry = the spectra of one HR size at one dtype/device)
     cache_size = 8
-    #: batches of at most this many LR values per polyphase component take one FFT call for all components
+    #: on the CPU, batches of at most this many LR values per polyphase component take one FFT call for all components
     batched_numel = 2**16
 
     def __init__(self, scale, kernel, offset=0, floor=DEFAULT_FLOOR, index=None):
@@ -238,11 +238,12 @@ class BlurDownsample(DownsampleOperator):
         self._spectra.clear()
 
     # ------------------------------------------------------------------ polyphase components
-    def _chunk(self, x):
-        """How many polyphase components one FFT call takes: all of them for a small batch (fewer calls), one for
-        a large image (an FFT over a batch much larger than the CPU's caches is several times slower than a loop)."""
-        n, c, hr_h, hr_w = x.shape
-        return self.scale**2 if n * c * hr_h * hr_w <= self.batched_numel * self.scale**2 else 1
+    def _chunk(self, device, numel):
+        """How many polyphase components one FFT call takes, for ``numel`` values per component: all of them on an
+        accelerator, where these calls are bound by kernel launches (one call launches each kernel once instead of
+        ``s^2`` times), and for a small batch on the CPU; one on the CPU for a large image (there an FFT over a batch
+        much larger than the caches is several times slower than a loop)."""
+        return self.scale**2 if device.type != 'cpu' or numel <= self.batched_numel else 1
 
     def _split(self, x, chunk):
         """Half spectra of the polyphase components of x (N, C, H, W): a list of (N, C, chunk, h, w // 2 + 1)."""
@@ -254,7 +255,8 @@ class BlurDownsample(DownsampleOperator):
 
     def _merge(self, chunks, lr_w):
         """Inverse of :meth:`_split`: the (N, C, H, W) image whose components have the half spectra ``chunks``."""
-        parts = torch.cat([torch.fft.irfft2(chunk, s=(chunk.shape[-2], lr_w)) for chunk in chunks], dim=2)
+        parts = [torch.fft.irfft2(chunk, s=(chunk.shape[-2], lr_w)) for chunk in chunks]
+        parts = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
         n, c, _, h, w = parts.shape
         s = self.scale
         return parts.view(n, c, s, s, h, w).permute(0, 1, 4, 2, 5, 3).reshape(n, c, h * s, w * s)
@@ -281,7 +283,7 @@ class BlurDownsample(DownsampleOperator):
         h, w = self._check_hr(x)
         dtype = self._work_dtype(x)
         entry = self._entry(x.shape[-2], x.shape[-1], x.shape[0], dtype, x.device)
-        chunks = self._split(x.to(dtype), self._chunk(x))
+        chunks = self._split(x.to(dtype), self._chunk(x.device, x.numel() // self.scale**2))
         return torch.fft.irfft2(self._blurred(entry['spectra'], chunks), s=(h, w)).to(x.dtype)
 
     def adjoint(self, y, hr_size=None):
@@ -291,7 +293,7 @@ class BlurDownsample(DownsampleOperator):
         dtype = self._work_dtype(y)
         entry = self._entry(hr_h, hr_w, y.shape[0], dtype, y.device)
         spectrum = torch.fft.rfft2(y.to(dtype))[:, :, None]
-        chunk = self.scale**2 if y.numel() <= self.batched_numel else 1
+        chunk = self._chunk(y.device, y.numel())
         chunks = [g.conj() * spectrum for g in entry['spectra'].split(chunk, dim=-3)]
         return self._merge(chunks, y.shape[-1]).to(y.dtype)
 
@@ -319,7 +321,7 @@ class BlurDownsample(DownsampleOperator):
         dtype = self._work_dtype(x)
         entry = self._entry(x.shape[-2], x.shape[-1], n, dtype, x.device)
         spectra = entry['spectra']
-        chunks = self._split(x.to(dtype), self._chunk(x))
+        chunks = self._split(x.to(dtype), self._chunk(x.device, x.numel() // self.scale**2))
         residual = self._blurred(spectra, chunks) - torch.fft.rfft2(b.to(dtype))  # (N, C, h, w // 2 + 1)
         inside = None
         if not torch.is_tensor(eps) and eps == 0:  # the common exact case: no multiplier
