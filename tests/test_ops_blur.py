@@ -90,6 +90,15 @@ def test_forward_kernel_as_large_as_the_image():
     assert np.abs(out - scipy_blur_decimate(x, kernel, 2, 1)).max() <= 1e-13
 
 
+def test_fft_calls_batch_every_component_on_an_accelerator():
+    """On the CPU a large image loops over its polyphase components (one FFT call each); on an accelerator one call
+    takes them all at any size (the tests above check both paths against scipy)."""
+    op = BlurDownsample(3, random_kernel(5, 5))
+    big = op.batched_numel + 1
+    assert op._chunk(torch.device('cpu'), op.batched_numel) == 9 and op._chunk(torch.device('cpu'), big) == 1
+    assert op._chunk(torch.device('cuda'), big) == 9 and op._chunk(torch.device('cuda', 1), 10**9) == 9
+
+
 def test_usrnet_kernels_match_scipy():
     """USRNet's 12 kernels (25 x 25, loaded from their .mat cell array) at x2-x4, as in their Table 1 protocol."""
     path = shared_path('kernels', 'usrnet', 'kernels_12.mat')
