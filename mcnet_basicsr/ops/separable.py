@@ -67,8 +67,9 @@ def _host_array(shape):
     """An uninitialised float64 numpy array in memory that torch allocated, for the set-up's arrays of an axis length
     squared. numpy advises the kernel to back arrays of 4 MB and more with transparent huge pages (``madvise``); where
     the kernel's THP defrag setting is ``madvise`` (CI's 2-core machine type among others), the first fill of such an
-    array can then stall for tens of milliseconds while the kernel compacts memory, more than the arithmetic of a new
-    size's set-up. torch's allocator gives no such advice, so these arrays take ordinary pages."""
+    array can then stall while the kernel compacts memory, longer than the arithmetic of a new size's set-up
+    (``docs/benchmarks.md``, "Projection set-up per image size"). torch's allocator gives no such advice, so these
+    arrays take ordinary pages."""
     return torch.empty(shape, dtype=torch.float64).numpy()
 
 
@@ -171,10 +172,9 @@ def _eigh(matrix):
     """LAPACK's eigenvalues (ascending) and orthonormal eigenvectors of a symmetric float64 numpy matrix, as numpy.
 
     torch's dense ``eigh``, also for the tridiagonal halves of the bilinear resizers: scipy's tridiagonal divide and
-    conquer (``dstevd``) is faster alone, but its matrix products run on OpenBLAS' threads, which keep spinning for
-    about 0.1 s after it returns and slow torch's own threads meanwhile (a product of the set-up then takes up to 35
-    times as long on two cores), so the set-up keeps to torch's LAPACK and threads (``docs/benchmarks.md``,
-    "Projection set-up per image size").
+    conquer (``dstevd``) is faster alone, but its matrix products run on OpenBLAS' threads, which keep spinning for a
+    while after it returns and slow torch's own threads in the rest of the set-up, so the set-up keeps to torch's
+    LAPACK and threads (``docs/benchmarks.md``, "Projection set-up per image size", has both measured).
     """
     eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(matrix))
     return eigvals.numpy(), eigvecs.numpy()
@@ -258,8 +258,8 @@ def _centrosymmetric_eigenpairs(gram):
     position[order] = np.arange(n)
     plus_at, minus_at = position[:h + n % 2], position[h + n % 2:]
     root2 = math.sqrt(2.0)
-    # U's columns in ascending order, scattered by torch's index_copy_ on its threads (numpy's scatter of the rows of
-    # U^T and a transposed copy took twice as long)
+    # U's columns in ascending order, scattered by torch's index_copy_ on its threads straight into U's layout (no
+    # transposed copy)
     vecs = torch.empty((n, n), dtype=torch.float64)
     plus_at, minus_at = torch.from_numpy(plus_at), torch.from_numpy(minus_at)
     plus = torch.from_numpy(plus_vecs[:h]) / root2
