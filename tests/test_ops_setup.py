@@ -130,8 +130,8 @@ def test_eps_positive_projection_builds_no_dense_operator_matrix():
     out = op.project(x, b, 0.05)
     entry = op._cast_axes[(24, torch.float64, torch.device('cpu'))]
     assert 'matrix' not in entry and 'rotated' in entry
+    rotated = entry['rotated']
     assert abs(float(torch.linalg.norm(op(out) - b)) - 0.05) < 1e-12
-    rotated = op._cast_axes[(24, torch.float64, torch.device('cpu'))]['rotated']
     entry = op._cast_axes[(24, torch.float64, torch.device('cpu'))]
     assert 'matrix' in entry and entry['rotated'] is rotated
 

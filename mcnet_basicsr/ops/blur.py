@@ -245,10 +245,12 @@ class BlurDownsample(DownsampleOperator):
         much larger than the caches is several times slower than a loop)."""
         return self.scale**2 if device.type != 'cpu' or numel <= self.batched_numel else 1
 
-    def _split(self, x, chunk):
-        """Half spectra of the polyphase components of x (N, C, H, W): a list of (N, C, chunk, h, w // 2 + 1)."""
+    def _split(self, x):
+        """Half spectra of the polyphase components of x (N, C, H, W): a list of (N, C, chunk, h, w // 2 + 1), ``chunk``
+        from :meth:`_chunk`."""
         n, c, hr_h, hr_w = x.shape
         s = self.scale
+        chunk = self._chunk(x.device, x.numel() // s**2)
         parts = x.reshape(n, c, hr_h // s, s, hr_w // s, s).permute(0, 1, 3, 5, 2, 4)
         parts = parts.reshape(n, c, s * s, hr_h // s, hr_w // s)
         return [torch.fft.rfft2(part) for part in parts.split(chunk, dim=2)]
@@ -283,7 +285,7 @@ class BlurDownsample(DownsampleOperator):
         h, w = self._check_hr(x)
         dtype = self._work_dtype(x)
         entry = self._entry(x.shape[-2], x.shape[-1], x.shape[0], dtype, x.device)
-        chunks = self._split(x.to(dtype), self._chunk(x.device, x.numel() // self.scale**2))
+        chunks = self._split(x.to(dtype))
         return torch.fft.irfft2(self._blurred(entry['spectra'], chunks), s=(h, w)).to(x.dtype)
 
     def adjoint(self, y, hr_size=None):
@@ -321,7 +323,7 @@ class BlurDownsample(DownsampleOperator):
         dtype = self._work_dtype(x)
         entry = self._entry(x.shape[-2], x.shape[-1], n, dtype, x.device)
         spectra = entry['spectra']
-        chunks = self._split(x.to(dtype), self._chunk(x.device, x.numel() // self.scale**2))
+        chunks = self._split(x.to(dtype))
         residual = self._blurred(spectra, chunks) - torch.fft.rfft2(b.to(dtype))  # (N, C, h, w // 2 + 1)
         inside = None
         if not torch.is_tensor(eps) and eps == 0:  # the common exact case: no multiplier
