@@ -181,12 +181,13 @@ def test_centrosymmetric_halves_from_the_band_equal_the_dense_blocks(n, band):
                                     (64, 20)])
 def test_banded_eigendecompositions_equal_a_dense_one(n, band):
     """A symmetric matrix with ``band`` diagonals each side (the resizers' halves have 1, 3 or 5; the Gaussian's
-    axis 2-5) gets its eigenvalues ascending and orthonormal eigenvectors, to float64 rounding."""
+    axis 2-5) gets its eigenvalues ascending and orthonormal eigenvectors, to float64 rounding, in row-major memory
+    (the host's sparse products of U^T M read U's rows)."""
     rng = np.random.default_rng(n + band)
     a = rng.standard_normal((n, n))
     a = np.triu(np.tril(a + a.T, band), -band)
     vals, vecs = separable._eigh(a)  # a band at least the size: the matrix is dense
-    assert vals.shape == (n, ) and vecs.shape == (n, n)
+    assert vals.shape == (n, ) and vecs.shape == (n, n) and vecs.flags['C_CONTIGUOUS']
     assert np.abs(vals - np.linalg.eigvalsh(a)).max() <= 1e-13 * n
     assert np.abs(vecs.T @ vecs - np.eye(n)).max() <= 1e-13 * n
     assert np.abs(a @ vecs - vecs * vals).max() <= 1e-13 * n
