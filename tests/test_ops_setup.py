@@ -136,6 +136,34 @@ def test_eps_positive_projection_builds_no_dense_operator_matrix():
     assert 'matrix' in entry and entry['rotated'] is rotated
 
 
+@pytest.mark.parametrize('opt', [{'type': 'bicubic', 'scale': 2}, {'type': 'bicubic', 'scale': 4},
+                                 {'type': 'box', 'scale': 3}, {'type': 'gaussian', 'scale': 3, 'offset': 1},
+                                 {'type': 'gaussian', 'scale': 2}, {'type': 'cv2_resize', 'scale': 3,
+                                                                    'interpolation': 'cubic'},
+                                 {'type': 'pil_resize', 'scale': 2, 'resample': 'bicubic'}])
+def test_dct2_check_by_diagonals_agrees_with_the_whole_basis_residual(opt):
+    """The O(n * band) check of the DCT-II pairs (M M^T against the matrix the DCT-II diagonalises, diagonal by
+    diagonal) accepts exactly the operators and lengths whose ``M M^T C - C diag(c_k^T M M^T c_k)`` stays at float64
+    rounding, with the Rayleigh quotients as eigenvalues; and the pairs written from it are those of the whole basis."""
+    op = build_operator(opt)
+    for lr in (1, 2, 5, 6, 7, 40, 129):
+        gram = op._sparse_gram({'sparse': op.axis_sparse(lr * op.scale)})
+        tol = separable._rounding_level(gram)
+        rayleigh, residual = separable._dct2_residual(gram, separable._dct2_basis(lr))
+        symbol = separable._dct2_symbol(gram, tol)
+        assert (symbol is None) == (residual > tol), (lr, residual)
+        if symbol is not None:
+            assert np.abs(symbol - rayleigh).max() <= 1e-14 * rayleigh.max()
+            vals, vecs = separable._dct2_pairs(gram, tol)
+            order = np.argsort(symbol, kind='stable')
+            assert np.array_equal(vals, symbol[order])
+            assert np.abs(vecs - separable._dct2_basis(lr)[:, order]).max() <= 1e-15  # mirrored rows: one rounding
+    # a centred (symmetric) Gaussian is DCT-diagonal like the interpolating operators; one keeping the first pixel of
+    # each block, and Pillow's renormalised window, are not
+    centred = opt['type'] in ('bicubic', 'box', 'cv2_resize') or opt.get('offset') == 1
+    assert (separable._dct2_symbol(gram, tol) is not None) == centred
+
+
 def test_centrosymmetric_eigenpairs_equal_a_dense_eigendecomposition():
     """A symmetric centrosymmetric matrix (J G J = G) is split into two half-size eigenproblems: its eigenvalues are
     the dense ones, its eigenvectors orthonormal eigenvectors, for odd and even sizes; any other matrix gets None."""

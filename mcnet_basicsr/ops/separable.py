@@ -57,7 +57,7 @@ __all__ = ['SeparableDownsample', 'solve_secular_equation']
 _DBL_EPS = float(np.finfo(np.float64).eps)
 #: rows of (U^T M)^T per sparse product of the host's set-up (2 MB of float64 at LR 1024)
 _ROTATED_BLOCK = 256
-#: columns of the DCT-II basis per block of its check (1 MB of float64 at LR 1024)
+#: rows of the DCT-II basis per block as it is written (1 MB of float64 at LR 1024)
 _DCT_BLOCK = 128
 #: columns of (M M^T)^{-1} per banded solve (1 MB of float64 at LR 1024)
 _INVERSE_BLOCK = 128
@@ -78,14 +78,15 @@ def _left_right(x, left, right):
     return torch.matmul(torch.matmul(left, x), right.transpose(0, 1))
 
 
-def _dct2_basis(n, columns=None):
+def _dct2_basis(n, columns=None, rows=None):
     """The orthonormal DCT-II basis of length ``n`` as columns: ``C[i, k] = c_k cos(pi (2 i + 1) k / (2 n))``,
-    ``c_0 = sqrt(1 / n)``, ``c_k = sqrt(2 / n)``; only the ``columns`` k listed, if given. Each entry is one cosine of
-    a table of the 4 n angles ``pi m / (2 n)``, indexed by ``(2 i + 1) k mod 4 n`` (exact integers), so no angle
-    accumulates rounding and it costs O(n^2) indexing instead of n^2 cosines."""
+    ``c_0 = sqrt(1 / n)``, ``c_k = sqrt(2 / n)``; only the ``columns`` k and ``rows`` i listed, if given. Each entry is
+    one cosine of a table of the 4 n angles ``pi m / (2 n)``, indexed by ``(2 i + 1) k mod 4 n`` (exact integers), so no
+    angle accumulates rounding and it costs O(n^2) indexing instead of n^2 cosines."""
     k = np.arange(n) if columns is None else np.asarray(columns)
+    i = np.arange(n) if rows is None else np.asarray(rows)
     table = math.sqrt(2.0 / n) * np.cos((np.pi / (2 * n)) * np.arange(4 * n))
-    basis = np.take(table, np.outer(2 * np.arange(n) + 1, k) % (4 * n))
+    basis = np.take(table, np.outer(2 * i + 1, k) % (4 * n))
     basis[:, k == 0] = math.sqrt(1.0 / n)
     return basis
 
@@ -98,23 +99,47 @@ def _dct2_residual(gram, basis):
     return eigvals, np.abs(product).max()
 
 
-def _dct2_pairs(gram, tol):
-    """The DCT-II pairs of ``gram`` in ascending order, if every column's residual (:func:`_dct2_residual`) is at most
-    ``tol``; else ``None``. Columns are checked ``_DCT_BLOCK`` at a time, and the basis is then written once, already in
-    ascending order: only the returned matrix is memory of the basis' size (a new size's first projection touches
-    it for the first time, which can cost more than the arithmetic: docs/benchmarks.md, "Projection set-up per image
-    size")."""
+def _dct2_symbol(gram, tol):
+    """The eigenvalues of ``gram`` (scipy sparse, symmetric, banded) for the DCT-II basis' columns k = 0 .. n - 1, if
+    that basis diagonalises it to ``tol``; else ``None``. O(n * band): the matrices the DCT-II diagonalises are exactly
+    ``T[i, j] = t(|i - j|) + t(i + j + 1) + t(2 n - 1 - i - j)``, a symmetric filter t mirrored about -1/2 and n - 1/2,
+    with eigenvalues ``t(0) + 2 sum_l t(l) cos(pi k l / n)``. Where the band leaves a middle row clear of both mirrors
+    (n > 2 band), that row gives t, and ``gram`` is compared with T diagonal by diagonal: an entry off by at most
+    ``tol`` moves ``gram C - C diag(s)`` by at most ``(2 band + 1) tol sqrt(2 / n)``. Shorter axes take the Rayleigh
+    quotients of the whole basis and the largest entry of that residual."""
     n = gram.shape[0]
-    eigvals = np.empty(n)
-    for start in range(0, n, _DCT_BLOCK):  # blocks of one width (the last overlaps the one before)
-        columns = np.arange(max(0, min(start, n - _DCT_BLOCK)), min(n, start + _DCT_BLOCK))
-        eigvals[columns], residual = _dct2_residual(gram, _dct2_basis(n, columns))
-        if residual > tol:
+    band = _bandwidth(gram)
+    if n <= 2 * band:
+        eigvals, residual = _dct2_residual(gram, _dct2_basis(n))
+        return eigvals if residual <= tol else None
+    mid = n // 2
+    taps = np.zeros(2 * n + 1)
+    taps[:band + 1] = gram[mid, mid:mid + band + 1].toarray().ravel()
+    for k in range(band + 1):
+        i = np.arange(n - k)
+        mirrored = taps[k] + taps[2 * i + k + 1] + taps[2 * n - 1 - 2 * i - k]  # T[i, i + k]
+        if np.abs(gram.diagonal(k) - mirrored).max() > tol:
             return None
+    cosines = np.cos((np.pi / n) * (np.outer(np.arange(n), np.arange(1, band + 1)) % (2 * n)))
+    return taps[0] + 2 * cosines @ taps[1:band + 1]
+
+
+def _dct2_pairs(gram, tol):
+    """The DCT-II pairs of ``gram`` in ascending order, if that basis diagonalises it (:func:`_dct2_symbol`); else
+    ``None``. The basis is written once, ``_DCT_BLOCK`` rows at a time, already in ascending order: only the returned
+    matrix is memory of the basis' size (a new size's first projection touches it for the first time, which can cost
+    more than the arithmetic: docs/benchmarks.md, "Projection set-up per image size")."""
+    n = gram.shape[0]
+    eigvals = _dct2_symbol(gram, tol)
+    if eigvals is None:
+        return None
     order = np.argsort(eigvals, kind='stable')
     vecs = _host_array((n, n))
-    for start in range(0, n, _DCT_BLOCK):
-        vecs[:, start:start + _DCT_BLOCK] = _dct2_basis(n, order[start:start + _DCT_BLOCK])
+    half = (n + 1) // 2
+    for start in range(0, half, _DCT_BLOCK):  # the first half of the rows; C[n - 1 - i, k] = (-1)^k C[i, k]
+        rows = np.arange(start, min(half, start + _DCT_BLOCK))
+        vecs[rows] = _dct2_basis(n, order, rows)
+    np.multiply(vecs[:n - half][::-1], np.where(order % 2, -1.0, 1.0), out=vecs[half:])
     return eigvals[order], vecs
 
 
@@ -130,20 +155,17 @@ def _gram_eigenpairs(gram, dense_fallback=True):
 
     A shift-invariant symmetric filter sampled with half-sample symmetric boundaries on both grids (MATLAB
     bicubic and box at an integer scale) gives ``M M^T = C diag(s) C^T`` with C the DCT-II basis
-    (:func:`_dct2_basis`): then the pairs cost O(n^2) (the basis and one sparse product) instead of the O(n^3)
-    of a dense eigendecomposition, which took 0.3-0.5 s at n = 1024 on one CPU core. The DCT pairs are used
-    when ``||M M^T C - C diag(s)||_max <= 64 eps_64 ||M M^T||_inf``, i.e. when they are eigenpairs to float64
-    rounding, as exact as LAPACK's (C is orthonormal to rounding by construction); any other operator (e.g.
-    a Gaussian centred on a pixel, or with an offset, whose residual is ~1e-2) gets LAPACK's ``eigh`` (of two half-size
-    matrices where ``M M^T`` is centrosymmetric), or ``None`` with ``dense_fallback=False``.
+    (:func:`_dct2_basis`): then the pairs cost O(n^2) (writing the basis) instead of the O(n^3) of a dense
+    eigendecomposition, which took 0.3-0.5 s at n = 1024 on one CPU core. The DCT pairs are used when ``M M^T`` is,
+    entry by entry to ``64 eps_64 ||M M^T||_inf``, the matrix that the DCT-II diagonalises (:func:`_dct2_symbol`), i.e.
+    when they are eigenpairs to float64 rounding, as exact as LAPACK's (C is orthonormal to rounding by construction);
+    any other operator (e.g. a Gaussian centred on a pixel, or with an offset, whose entries differ by ~1e-2) gets
+    LAPACK's ``eigh`` (of two half-size matrices where ``M M^T`` is centrosymmetric), or ``None`` with
+    ``dense_fallback=False``.
     """
-    n = gram.shape[0]
-    tol = _rounding_level(gram)
-    # a few columns first (O(n) each): an operator they fail is refused without the O(n^2) basis
-    if _dct2_residual(gram, _dct2_basis(n, sorted({1 % n, n // 3, n // 2, n - 1})))[1] <= tol:
-        pairs = _dct2_pairs(gram, tol)
-        if pairs is not None:
-            return pairs
+    pairs = _dct2_pairs(gram, _rounding_level(gram))
+    if pairs is not None:
+        return pairs
     if not dense_fallback:
         return None
     pairs = _centrosymmetric_eigenpairs(gram)
@@ -178,8 +200,8 @@ def _eigh(matrix):
     LAPACK and threads (``docs/benchmarks.md``, "Projection set-up per image size", has both measured).
     """
     eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(matrix))
-    # LAPACK writes the vectors column by column; rows of U in memory are what the sparse products of U^T M read (they
-    # copied a column-major U once per block of rows: 51-150 ms more for the Gaussian's whole axis at LR 1024)
+    # LAPACK writes the vectors column by column; the host's sparse products of U^T M read U's rows, and would copy a
+    # column-major U once per block of rows (docs/benchmarks.md, "Projection set-up per image size")
     return eigvals.numpy(), eigvecs.contiguous().numpy()
 
 
