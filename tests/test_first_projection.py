@@ -11,17 +11,19 @@ import first_projection
 
 
 def test_child_times_a_first_and_a_second_projection():
-    """In this process (no subprocess): two positive times, the first call paying the set-up of the size."""
-    first, second = first_projection.child('pil-bicubic', 2, 48, True, 1)
-    assert first > 0 and second > 0
+    """In this process (no subprocess): two positive times, the first call paying the set-up of the size (with
+    ``given``, all of it but the eigenpairs)."""
+    for given in (False, True):
+        first, second = first_projection.child('pil-bicubic', 2, 48, True, 1, given)
+        assert first > 0 and second > 0
 
 
 @pytest.mark.slow
 def test_each_cell_runs_in_fresh_processes(tmp_path, monkeypatch):
     out = tmp_path / 'record.json'
     monkeypatch.setattr(sys, 'argv', ['first_projection.py', '--types', 'cv2-area', '--scales', '3', '--lr', '40',
-                                      '--processes', '2', '--threads', '1', '--note', 'test', '--out', str(out),
-                                      '--baseline', str(Path(__file__).resolve().parents[1])])
+                                      '--processes', '2', '--threads', '1', '--given', '--note', 'test',
+                                      '--out', str(out), '--baseline', str(Path(__file__).resolve().parents[1])])
     first_projection.main()
     record = json.loads(out.read_text())
     assert record['note'] == 'test' and record['processes'] == 2 and record['threads'] == 1
@@ -30,6 +32,10 @@ def test_each_cell_runs_in_fresh_processes(tmp_path, monkeypatch):
     for key in ('first_eps0_ms', 'first_eps_ms', 'second_eps_ms'):
         for prefix in ('', 'baseline_'):
             assert len(row[prefix + key]) == 2 and all(ms > 0 for ms in row[prefix + key])
+    assert len(row['given_first_eps_ms']) == 2 and 'baseline_given_first_eps_ms' not in row
+    assert first_projection.table(record).splitlines()[0] == (
+        '| type | scale | eps = 0 | eps > 0 | eps > 0, eigenpairs given | a later eps > 0 | eps = 0, baseline '
+        '| eps > 0, baseline |')
 
 
 def test_docs_table_is_the_record_rendered():
