@@ -32,7 +32,7 @@ def list_assets(names, root):
               f'{"":20s} from github.com/{asset.repo} @ {asset.commit}; terms: {asset.licence}')
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('names', nargs='*', metavar='NAME', help='assets to fetch (default: all; see --list)')
     parser.add_argument('--from', dest='mirror', metavar='DIR',
@@ -42,7 +42,11 @@ def main(argv=None):
                         'repository root)')
     parser.add_argument('--force', action='store_true', help='replace files and converted weights that exist')
     parser.add_argument('--list', action='store_true', help='list the assets and whether they are present')
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     try:
         if args.list:
             list_assets(args.names, args.root)
