@@ -320,11 +320,14 @@ def fetch(names=None, root='.', mirror=None, base_url=None, force=False, manifes
                 errors.append(str(err))
             except OSError as err:
                 errors.append(f'{afile.dest}: {err.strerror or err}')
-        for msg in errors:
-            print(f'error: {msg}', file=sys.stderr, flush=True)
         failures += errors
-        log(f'{asset.name}: {counts["fetched"]} fetched, {counts["present"]} already present'
-            f'{f", {len(errors)} failed" if errors else ""} -> {asset.dest}/')
+        line = f'{asset.name}: {counts["fetched"]} fetched, {counts["present"]} already present'
+        if errors:  # one line per asset, with its first error (a network outage fails every file alike)
+            more = f' (and {len(errors) - 1} more)' if len(errors) > 1 else ''
+            print(f'error: {line}, {len(errors)} failed -> {asset.dest}/; first: {errors[0]}{more}', file=sys.stderr,
+                  flush=True)
+        else:
+            log(f'{line} -> {asset.dest}/')
         if asset.convert and not errors:
             try:
                 written = convert_asset(asset, root, force=force)
