@@ -29,7 +29,8 @@ of MCNet, the backbone and bicubic; a solve stopped at ``--iters`` says so with 
 the residual, the saved file's figures below and the operator.
 
 Consistency: the float result ``x`` satisfies ``||A x - b||_2 <= eps`` (Y in [0, 1], ``A`` = MATLAB
-bicubic downscaling, ``b`` = Y of the LR image; eps = 0 unless ``--eps-rms``). ``--degradation NAME`` (a name of
+bicubic downscaling, ``b`` = Y of the LR image; eps the layer's: 0 for SRCNN's layers, the uint8 quantisation
+level for the others, unless ``--eps-rms``). ``--degradation NAME`` (a name of
 :data:`~mcnet_basicsr.ops.DEGRADATIONS`) or ``--kernel FILE`` (circular blur with the kernel, then the upper-left
 pixel of each s x s block: :class:`~mcnet_basicsr.ops.BlurDownsample`) give another ``A``; ``--noise SIGMA`` (on
 0..255) widens eps to ``sqrt(eps^2 + (SIGMA/255)^2 m)`` (m LR values; on Y the noise of Y,
