@@ -11,7 +11,6 @@ import importlib.util
 import math
 import os.path as osp
 import sys
-from collections import Counter
 
 import yaml
 
@@ -69,16 +68,32 @@ def default_extrapolation(backbone, scale, family='bicubic'):
     return None if card is None else card['extrapolation']
 
 
-def _defaults_text(key, fmt):
-    """'X, but Y for b xs, ...': the most common default of the cards and the models that differ from it."""
-    cards = [(b, s, c) for b in BACKBONES for s, c in MODELS['backbones'][b]['models'].items()]
-    common = Counter(c[key] for _, _, c in cards).most_common(1)[0][0]
-    others = sorted((b, s, c[key]) for b, s, c in cards if c[key] != common)
-    return f'{fmt(common)}, but ' + ', '.join(f'{fmt(v)} for {b} x{s}' for b, s, v in others)
-
-
 class UsageError(Exception):
     """A problem with the options or the models: nothing can be processed."""
+
+
+FAMILY_LR = {'bicubic': 'MATLAB-bicubic LR', 'kernels': 'blur-kernel LR (--kernel)',
+             'resizers': 'resizer LR (--degradation)'}
+
+
+def shipped_layers_text():
+    """Which layers ship, per kind of LR, backbone and scale, and how consistent each backbone's layers keep the
+    output: sentences read from the model cards (``--help``, the README and docs/Inference.md show them)."""
+    sentences = []
+    for family, section in MODELS['families'].items():
+        by_scales = {}
+        for b in BACKBONES:
+            scales = tuple(sorted(MODELS['backbones'][b].get(section, {})))
+            if scales:
+                by_scales.setdefault(scales, []).append(b)
+        groups = '; '.join(f'{", ".join(names)} {", ".join(f"x{s}" for s in scales)}'
+                           for scales, names in by_scales.items())
+        sentences.append(f'For {FAMILY_LR[family]}: {groups}.')
+    exact = [b for b in BACKBONES if MODELS['backbones'][b]['eps_rms'] is None]
+    ball = [b for b in BACKBONES if MODELS['backbones'][b]['eps_rms'] is not None]
+    sentences.append(f'Consistent to float precision (eps = 0): the layers of {", ".join(exact)}; within the uint8 '
+                     f'quantisation ball: those of {", ".join(ball)}.')
+    return 'Shipped layers (--backbone, scales). ' + ' '.join(sentences)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,82 +103,59 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser():
+    import textwrap
+
+    def fill(text):
+        return textwrap.fill(text, 79, break_on_hyphens=False)
+
     p = _Parser(
-        prog='mcnet-sr',
-        description='Measurement-consistent super-resolution (MCNet): the output x satisfies '
-        '||A x - b||_2 <= eps exactly (A = the downscaling that made the input: MATLAB bicubic unless --degradation '
-        'or --kernel says otherwise; b = Y of the input, or each of R, G, B with --channels rgb).')
-    p.add_argument('inputs', nargs='+', metavar='INPUT', help='image files, folders or glob patterns')
-    p.add_argument('-o', '--output', required=True, metavar='OUTDIR',
-                   help='output folder (created if missing); its summary.csv gets one row per input appended, '
-                   'rows of earlier runs are kept (a summary.csv with other columns is left alone: the rows go to '
-                   'summary_<n>.csv)')
-    p.add_argument('--scale', required=True, type=int, metavar='{2,3,4}', help='upscaling factor')
-    p.add_argument('--backbone', default=None, choices=BACKBONES,
-                   help='backbone and its shipped layer: our SRCNN (default), our compact RCAN / RDN, or the official '
-                   'IMDN / PAN (x3, x4; give their weights with --backbone-weights); all but SRCNN keep ||Ax-b|| '
-                   'within the uint8 quantisation level, see --eps-rms. With --kernel, IMDN (x2, x3, x4) and PAN (x4) '
-                   'run their layers trained on blur kernels and noise; with --degradation cv2-area, cv2-linear, '
-                   'cv2-cubic (or pil-box, torch-bilinear-noaa, torch-bicubic-noaa; PAN x4 also pil-lanczos) at x2, '
-                   'x3 and x4, the best shipped layer for that resizer (trained on resizers or on blur kernels: '
-                   'the cards\' degradations)')
-    p.add_argument('--backbone-weights', metavar='PATH',
-                   help='checkpoint of the --backbone architecture (default: the shipped one)')
-    p.add_argument('--weights', metavar='PATH',
-                   help="MCNet layer checkpoint, BasicSR {'params': ...} file (default: the shipped one; with the "
-                   'shipped SRCNN and layer the solve begins at a learned start fitted to them, same result in fewer '
-                   'iterations; other weights begin at the standard start)')
-    p.add_argument('--eps-rms', type=float, default=None, metavar='X',
-                   help='consistency radius per LR pixel, eps = X * sqrt(#LR pixels) (default: what the layer was '
-                   'trained with: 0, i.e. exact, for srcnn; 1/255/sqrt(12) for the compact backbones)')
-    p.add_argument('--degradation', default=None, choices=DEGRADATIONS, metavar='NAME',
-                   help='the downscaling that made the input (A): ' + ', '.join(DEGRADATIONS) + ' (default '
-                   f'{DEFAULT_DEGRADATION}: MATLAB imresize; pil-* Pillow Image.resize, cv2-* cv2.resize, torch-* '
-                   'F.interpolate, -noaa without antialiasing)')
-    p.add_argument('--kernel', metavar='FILE',
-                   help='instead of --degradation: the input was made by circular blur with this kernel (.npy, '
-                   'grayscale .png normalised to sum 1, or .mat), then keeping the upper-left pixel of each s x s '
-                   'block (USRNet\'s protocol); with --backbone imdn, the layer trained for such LR runs')
-    p.add_argument('--boundary', default='circular', choices=('circular', 'reflect'),
-                   help="with --kernel: how the blur met the image's borders: circular (wrapped around, USRNet's "
-                   "protocol; the default) or reflect (a photo: the scene mirrored, scipy.ndimage's 'reflect'); "
-                   'reflect solves on the input padded by reflection and reports ||Ax-b|| against that model')
-    p.add_argument('--kernel-index', type=int, default=None, metavar='I',
-                   help='which kernel of a .mat cell array of kernels, 0-based')
-    p.add_argument('--noise', type=float, default=0.0, metavar='SIGMA',
-                   help='standard deviation of Gaussian noise in the input on 0..255 (default 0): widens the '
-                   'consistency ball to sqrt(eps^2 + (SIGMA/255)^2 * #LR values)')
-    p.add_argument('--channels', default=None, choices=('y', 'rgb'),
-                   help='what is made consistent: Y (y; Cb, Cr as the backbone path gives them) or each of R, G '
-                   'and B (rgb, one solve per channel: about 3x the time); default y with MATLAB bicubic, rgb with '
-                   '--kernel or another --degradation (an LR made per RGB channel is matched in every channel)')
+        prog='mcnet-sr', formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=fill('Measurement-consistent super-resolution (MCNet): the output x keeps ||A x - b|| <= eps, '
+                         'A the downscaling that made the input, b the input.'),
+        epilog=fill(f'Resizers (--degradation NAME): {", ".join(DEGRADATIONS)}.') + '\n\n'
+        + fill(shipped_layers_text()) + '\n\nDetails, formulas and defaults: docs/Inference.md.')
+    io = p.add_argument_group('input and output')
+    io.add_argument('inputs', nargs='+', metavar='INPUT', help='image files, folders or glob patterns')
+    io.add_argument('-o', '--output', required=True, metavar='OUTDIR',
+                    help='output folder; summary.csv gets a row per image')
+    io.add_argument('--force', action='store_true', help='overwrite existing outputs')
+    io.add_argument('--skip-existing', action='store_true', help='skip the inputs whose outputs all exist')
+    io.add_argument('--compare', action='store_true', help='also write <stem>_compare.png, side by side')
+    io.add_argument('--gt', metavar='PATH_OR_DIR', help='ground truth for --compare: a file or folder')
+    io.add_argument('-v', '--verbose', action='store_true', help='per image also the residual and fidelity details')
+    model = p.add_argument_group('model')
+    model.add_argument('--scale', required=True, type=int, metavar='{2,3,4}', help='upscaling factor')
+    model.add_argument('--backbone', default=None, choices=BACKBONES,
+                       help='network the layer corrects (default srcnn)')
+    model.add_argument('--backbone-weights', metavar='PATH', help='backbone checkpoint (default: the shipped one)')
+    model.add_argument('--weights', metavar='PATH', help='MCNet layer checkpoint (default: the shipped one)')
+    deg = p.add_argument_group('degradation (what made the input)')
+    deg.add_argument('--degradation', default=None, choices=DEGRADATIONS, metavar='NAME',
+                     help='resizer that made the input (names below)')
+    deg.add_argument('--kernel', metavar='FILE', help='instead: the blur kernel that made it (.npy .png .mat)')
+    deg.add_argument('--kernel-index', type=int, default=None, metavar='I', help='kernel of a .mat cell array, 0-based')
+    deg.add_argument('--boundary', default='circular', choices=('circular', 'reflect'),
+                     help='how that blur met the borders (default circular)')
+    deg.add_argument('--noise', type=float, default=0.0, metavar='SIGMA',
+                     help='noise std in the input, on 0..255 (default 0)')
+    deg.add_argument('--channels', default=None, choices=('y', 'rgb'),
+                     help='made consistent: Y or each of R, G, B')
+    deg.add_argument('--eps-rms', type=float, default=None, metavar='X',
+                     help='consistency radius per LR pixel (default: layer\'s)')
     # the CLI's solver: the 'fast' preset, single keys overridden; defaults from the model cards
-    p.add_argument('--iters', type=int, default=MODELS['max_iter'], metavar='N',
-                   help=f'maximum solver iterations (default {MODELS["max_iter"]})')
-    p.add_argument('--tol', type=float, default=None, metavar='T',
-                   help='relative fixed-point residual at which the solver stops (default '
-                   + _defaults_text('tol', lambda v: f'{v:g}') + ': within 0.01 dB of the converged result on '
-                   'Set5/Set14)')
-    p.add_argument('--extrapolation', type=float, default=None, metavar='T',
-                   help='take the output from z + T (beta + rho) / beta (F(z) - z) at the iterate z the solver stops '
-                   'at (one more application of the map; nearer the converged result for layers with a small beta; '
-                   'default ' + _defaults_text('extrapolation', lambda v: f'{v:g}') + ')')
-    p.add_argument('--device', default='auto', choices=('auto', 'cpu', 'cuda'), help='default: cuda if available')
-    p.add_argument('--no-cuda-graph', action='store_true',
-                   help='on CUDA, run the solver iterations eagerly instead of replaying them from CUDA graphs '
-                        '(same result; graphs are used by default, when eps = 0 and without --tile)')
-    p.add_argument('--threads', type=int, default=None, metavar='N',
-                   help='CPU threads for torch (default: torch\'s choice; 1 is often fastest on a busy machine)')
-    p.add_argument('--tile', type=int, default=None, metavar='N',
-                   help=f'run the networks on N x N LR tiles (N >= {MIN_TILE}) to bound memory')
-    p.add_argument('--compare', action='store_true',
-                   help='also write <stem>_compare.png: bicubic | backbone | MCNet (| ground truth)')
-    p.add_argument('--gt', metavar='PATH_OR_DIR',
-                   help='ground truth for --compare: a file (one input) or a folder holding the same file names')
-    p.add_argument('--force', action='store_true', help='overwrite existing outputs')
-    p.add_argument('--skip-existing', action='store_true',
-                   help='skip the inputs whose outputs all exist (a re-run after an interruption); the exit status '
-                   'is 0 when every input is done now or was done before')
+    solver = p.add_argument_group('solver')
+    solver.add_argument('--iters', type=int, default=MODELS['max_iter'], metavar='N',
+                        help=f'iteration cap (default {MODELS["max_iter"]})')
+    solver.add_argument('--tol', type=float, default=None, metavar='T',
+                        help='residual at which the solve stops (default: card\'s)')
+    solver.add_argument('--extrapolation', type=float, default=None, metavar='T',
+                        help='extrapolation of the last iterate (default: card\'s)')
+    dev = p.add_argument_group('device')
+    dev.add_argument('--device', default='auto', choices=('auto', 'cpu', 'cuda'), help='default: cuda if available')
+    dev.add_argument('--no-cuda-graph', action='store_true', help='on CUDA, run the iterations eagerly')
+    dev.add_argument('--threads', type=int, default=None, metavar='N', help='CPU threads for torch (default: its own)')
+    dev.add_argument('--tile', type=int, default=None, metavar='N',
+                     help=f'networks on N x N LR tiles (N >= {MIN_TILE}), less memory')
     return p
 
 

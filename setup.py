@@ -32,7 +32,8 @@ setup(
         'scikit-image',
         'tqdm',
     ],
-    extras_require={'test': ['pytest', 'pytest-xdist', 'flake8', 'isort']},
+    # the versions the suite and the lint were run with (pytest 8.4 and 9.2, pytest-xdist 3.8, flake8 7.5, isort 9.0)
+    extras_require={'test': ['pytest>=8.4,<10', 'pytest-xdist>=3.8,<4', 'flake8>=7.5,<8', 'isort>=9.0,<10']},
     entry_points={'console_scripts': ['mcnet-sr=mcnet_sr_cli:console_main']},
     license='Apache-2.0',
 )

@@ -8,7 +8,7 @@ downscaling (uint8), and the models are the weights this project ships. Prints P
 crop = scale, uint8 outputs, BasicSR's metrics), the data fidelity ||A x - b||_2 (Y, [0, 1]) and
 the time per image, and writes one comparison figure per photo: every method and the ground truth with
 its PSNR and ||A x - b||, above a zoomed crop of the most detailed region (as ``mcnet-sr --compare``
-draws them). MCNet+SRCNN is exactly consistent
+draws them). MCNet+SRCNN is consistent to float precision
 (eps = 0); MCNet+RCAN-c keeps ||A x - b|| within the uint8 quantisation level it was trained with.
 """
 import argparse

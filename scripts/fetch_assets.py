@@ -28,11 +28,12 @@ def list_assets(names, root):
         state = 'present' if not missing else f'{len(missing)} of {len(asset.outputs())} missing'
         convert = f', converted ({asset.convert}) into {asset.out_dir}/' if asset.convert else ''
         print(f'{asset.name:20s} {len(asset.files):3d} file(s) -> {asset.dest}/{convert} [{state}]\n'
+              f'{"":20s} in a --from copy: {osp.dirname(asset.files[0].mirror)}/\n'
               f'{"":20s} {asset.description}\n'
               f'{"":20s} from github.com/{asset.repo} @ {asset.commit}; terms: {asset.licence}')
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('names', nargs='*', metavar='NAME', help='assets to fetch (default: all; see --list)')
     parser.add_argument('--from', dest='mirror', metavar='DIR',
@@ -42,19 +43,29 @@ def main(argv=None):
                         'repository root)')
     parser.add_argument('--force', action='store_true', help='replace files and converted weights that exist')
     parser.add_argument('--list', action='store_true', help='list the assets and whether they are present')
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     try:
         if args.list:
             list_assets(args.names, args.root)
             return 0
         failures = fetch(args.names, root=args.root, mirror=args.mirror, force=args.force)
+        if not failures:
+            return 0
+        selected = select(load_manifest(), args.names)
+        incomplete = sum(bool(missing_outputs(asset, args.root)) for asset in selected)
     except AssetError as err:
         print(f'error: {err}', file=sys.stderr)
         return 2
-    if failures:
-        print(f'{len(failures)} error(s), see above; running the command again retries what failed', file=sys.stderr)
-        return 1
-    return 0
+    print(f'{incomplete} of {len(selected)} asset(s) incomplete, {len(failures)} file(s) failed; running the command '
+          'again retries what failed', file=sys.stderr)
+    if args.mirror is None:
+        print('offline: --from DIR copies the files from a folder of your own instead, laid out like the manifest\'s '
+              'mirror paths (--list shows them)', file=sys.stderr)
+    return 1
 
 
 if __name__ == '__main__':

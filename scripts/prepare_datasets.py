@@ -43,6 +43,7 @@ from tqdm import tqdm
 from mcnet_basicsr.data.degradations import degraded_lr_uint8
 from mcnet_basicsr.ops import DEGRADATIONS, BlurDownsample, build_degradation, load_kernel
 from mcnet_basicsr.utils.images import bicubic_lr, list_images, mod_crop, read_hr
+from mcnet_basicsr.zoo.assets import fetch_command, load_manifest
 
 MARKER = '.prepared.json'
 
@@ -211,9 +212,36 @@ def parse_args(argv=None):
     return args
 
 
+def has_images(folder):
+    try:
+        return bool(list_images(folder))
+    except FileNotFoundError:
+        return False
+
+
+def missing_hr_message(src, names):
+    """One sentence: the HR folders of ``names`` under ``src`` that hold no images, and the command that fills them
+    (scripts/fetch_assets.py for the manifest's data sets)."""
+    folders = ', '.join(osp.join(src, name, 'HR') for name in names)
+    known = [name for name in names if load_manifest().get(name) is not None]
+    if not known:
+        return f'no HR images in {folders}; put the data set\'s HR images there'
+    src = osp.normpath(src)
+    if osp.basename(src) == 'datasets':  # fetch_assets.py writes <root>/datasets/<Name>/HR
+        how = f'fetch them with: {fetch_command(known, osp.dirname(src) or ".")}'
+    else:
+        how = f'fetch them with: {fetch_command(known, src)}, then pass --src {osp.join(src, "datasets")}'
+    other = [name for name in names if name not in known]
+    return f'no HR images in {folders}; {how}' + (f' (and put your own images for {", ".join(other)})' if other else '')
+
+
 def main(argv=None):
     args = parse_args(argv)
     src = args.src or args.root
+    names = dict.fromkeys(args.eval_sets + [part for spec in args.train_sets for part in spec.split('+')])
+    missing = [name for name in names if not has_images(osp.join(src, name, 'HR'))]
+    if missing:
+        raise FileNotFoundError(missing_hr_message(src, missing))
     os.makedirs(args.root, exist_ok=True)
     kernel = load_kernel(args.kernel, args.kernel_index) if args.kernel else None
     kernel_label = None if kernel is None else osp.splitext(osp.basename(args.kernel))[0] + (

@@ -209,6 +209,18 @@ def one_intra_op_thread():
 
 
 @pytest.fixture
+def keep_tf32_flags():
+    """The process's TF32 flags for cuDNN convolutions and CUDA matmuls, saved before the test and written back after
+    it, by plain assignment: a test may change them (or run code that does) without monkeypatching torch's modules."""
+    import torch
+    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    try:
+        yield saved
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@pytest.fixture
 def set_tf32_flags():
     """``set_tf32_flags(value)`` sets the process's TF32 flags for cuDNN convolutions and CUDA matmuls; both are
     restored after the test (through ``mcnet_basicsr.utils.precision.tf32``, which saves and restores both). monkeypatch

@@ -38,6 +38,66 @@ def test_help_imports_nothing_heavy():
     assert out.startswith('usage: mcnet-sr') and '--backbone' in out and '--tile' in out
     assert '--degradation' in out and 'cv2-area' in out and '--kernel' in out and '--noise' in out
     assert heavy == ''
+    # the options in groups, as a person looks for them; formulas and explanations are in docs/Inference.md
+    groups = ['input and output:', 'model:', 'degradation (what made the input):', 'solver:', 'device:']
+    assert all(f'\n{group}\n' in out for group in groups), out
+    assert [out.index(f'\n{group}\n') for group in groups] == sorted(out.index(f'\n{group}\n') for group in groups)
+    assert 'docs/Inference.md' in out and '(beta + rho)' not in out and 'sqrt(eps^2' not in out
+
+
+def test_every_option_has_a_one_line_help_in_its_group():
+    """Each option's help fits the help column of an 80-column terminal (one line); each option is in one of the five
+    groups."""
+    from mcnet_sr_cli import build_parser
+    parser = build_parser()
+    titles = {'input and output', 'model', 'degradation (what made the input)', 'solver', 'device'}
+    grouped = {id(a) for g in parser._action_groups if g.title in titles for a in g._group_actions}
+    for action in parser._actions:
+        if action.dest == 'help':
+            continue
+        assert id(action) in grouped, action.dest
+        text = action.help % {'default': action.default} if '%' in action.help else action.help
+        assert len(text) <= 54, (action.dest, text)
+
+
+def unwrap(text):
+    return ' '.join(text.split())
+
+
+def marked_block(path, name):
+    """The text between ``<!-- name: ... -->`` and ``<!-- /name -->`` in a Markdown file."""
+    text = (REPO_ROOT / path).read_text()
+    start = text.index(f'<!-- {name}: ')
+    return text[text.index('-->', start) + 3:text.index(f'<!-- /{name} -->')]
+
+
+def test_help_readme_and_docs_name_the_layers_the_cards_list():
+    """The shipped layers per kind of LR, backbone and scale, and which backbones' layers are exact (eps = 0) or keep
+    the uint8 quantisation ball: one text, read from the model cards, in --help, the README and docs/Inference.md; it
+    names every card, and every layer file in mcnet_basicsr/weights has a card."""
+    import re
+
+    import mcnet_sr_cli
+    text = mcnet_sr_cli.shipped_layers_text()
+    cards = mcnet_sr_cli.MODELS
+    for family, section in cards['families'].items():
+        sentence = text.split(f'For {mcnet_sr_cli.FAMILY_LR[family]}: ')[1].split('.')[0]
+        listed = {}
+        for group in sentence.split('; '):
+            names, scales = re.fullmatch(r'([a-z_, ]+?) (x\d(?:, x\d)*)', group).groups()
+            for name in names.split(', '):
+                listed[name] = {int(s[1:]) for s in scales.split(', ')}
+        assert listed == {b: set(c[section]) for b, c in cards['backbones'].items() if c.get(section)}, family
+    exact = [b for b, c in cards['backbones'].items() if c['eps_rms'] is None]
+    assert f'(eps = 0): the layers of {", ".join(exact)};' in text
+    layer_files = {c['layer'] for b in cards['backbones'].values() for section in cards['families'].values()
+                   for c in b.get(section, {}).values()}
+    shipped = {p.name for p in (REPO_ROOT / 'mcnet_basicsr' / 'weights').glob('mcnet_*.pth') if '_start' not in p.name}
+    assert layer_files == shipped
+    help_text = mcnet_sr_cli.build_parser().format_help()
+    assert unwrap(text) in unwrap(help_text)
+    for path in ('README.md', 'docs/Inference.md'):
+        assert unwrap(marked_block(path, 'shipped-layers')) == unwrap(text), path
 
 
 @pytest.mark.slow  # a fresh interpreter

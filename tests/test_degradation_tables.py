@@ -35,13 +35,12 @@ def data(tmp_path):
     return tmp_path
 
 
-def test_kernel_table_cell_is_the_protocols_psnr_and_renders(data, monkeypatch):
+def test_kernel_table_cell_is_the_protocols_psnr_and_renders(data, monkeypatch, keep_tf32_flags):
     from scipy import ndimage
 
     from mcnet_basicsr.evaluation.kernel_table import build_row, measure, render
     monkeypatch.chdir(REPO_ROOT)  # option files are read from options/
     out = data / 'k.json'
-    monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', torch.backends.cudnn.allow_tf32)  # restored after
     measure(SimpleNamespace(rows=['bicubic'], families=['x3'], kernels=[2], images=None, batch=2, tol=1e-4,
                             max_iter=5, device='cpu', data=str(data), out=str(out), time_limit=None, tf32=False))
     cell = json.loads(out.read_text())['cells']['bicubic|x3|k2']
@@ -59,7 +58,6 @@ def test_kernel_table_cell_is_the_protocols_psnr_and_renders(data, monkeypatch):
     table = render([str(out)], str(published))
     assert '| USRNet (published) | 27.16 | 27.76 |' in table and '| bicubic | - | ' in table
     # --tf32: cuDNN's convolutions only (the separable projections' matrix products stay float32), and the cells say so
-    monkeypatch.setattr(torch.backends.cuda.matmul, 'allow_tf32', torch.backends.cuda.matmul.allow_tf32)
     measure(SimpleNamespace(rows=['bicubic'], families=['x3'], kernels=[2], images=None, batch=2, tol=1e-4,
                             max_iter=5, device='cpu', data=str(data), out=str(data / 'k32.json'), time_limit=None,
                             tf32=True))

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import REPO_ROOT, SHARED, repo_env
+from conftest import REPO_ROOT, SHARED, load_script, repo_env
 from mcnet_basicsr.zoo import assets
 from mcnet_basicsr.zoo.assets import RAW_BASE, AssetError, fetch, load_manifest, pixel_sha256
 
@@ -294,3 +294,45 @@ def test_readme_says_where_data_and_weights_come_from():
         assert row is not None and asset.repo in row, asset.name
     main_pins = re.search(r'pip install (torch==\S+ torchvision==\S+) &&', readme).group(1)
     assert f'    pip install {main_pins} --index-url https://download.pytorch.org/whl/cpu' in readme
+
+
+def test_offline_one_line_per_asset_a_summary_and_the_way_to_work_offline(tmp_path, monkeypatch, capsys):
+    """Without a network every file fails alike: one error line per asset (not per file), then how many assets and
+    files failed and how to work offline (--from DIR)."""
+    def no_network(url, target, desc=None):
+        raise AssetError(f'{url}: cannot connect (Temporary failure in name resolution)')
+
+    monkeypatch.setattr(assets, 'download', no_network)
+    manifest = load_manifest()
+    names = ['Set5', 'Set14', 'dncnn17_ryu']
+    assert load_script('fetch_assets').main(['--root', str(tmp_path), *names]) == 1
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == '' and len(lines) == len(names) + 2, lines
+    for name, line in zip(names, lines):
+        n = len(manifest[name].files)
+        assert line.startswith(f'error: {name}: 0 fetched, 0 already present, {n} failed -> ')
+        assert line.count('cannot connect') == 1 and line.endswith(f'(and {n - 1} more)'), line
+    files = sum(len(manifest[name].files) for name in names)
+    assert lines[-2] == f'3 of 3 asset(s) incomplete, {files} file(s) failed; running the command again retries ' \
+        'what failed'
+    assert lines[-1].startswith('offline: --from DIR copies the files from a folder of your own')
+    assert not (tmp_path / 'datasets' / 'Set5' / 'HR' / 'baby.png').exists()
+
+
+def test_prepare_datasets_without_hr_images_names_the_command_that_fetches_them(tmp_path, monkeypatch):
+    """One error naming the empty HR folders and the fetch_assets.py command that fills exactly them, from the folder
+    the user is in."""
+    import shlex
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as err:
+        load_script('prepare_datasets').main(['--eval-sets', 'Set5', '--train-sets', 'T91', '--scales', '2'])
+    message = str(err.value)
+    assert message.startswith('no HR images in datasets/Set5/HR, datasets/T91/HR; fetch them with: python ')
+    argv = shlex.split(message.split('fetch them with: ')[1])
+    assert Path(argv[1]).is_file()
+    args = load_script('fetch_assets').parse_args(argv[2:])
+    manifest = load_manifest()
+    assert {(Path(args.root) / manifest[name].dest).resolve() for name in args.names} == \
+        {(tmp_path / 'datasets' / name / 'HR').resolve() for name in ('Set5', 'T91')}
+    assert not (tmp_path / 'datasets').exists()  # nothing made before the check

@@ -161,7 +161,9 @@ def test_bad_inputs_are_reported_and_others_still_written(tmp_path, capsys):
     assert rows[str(tiny)]['in_h'] == '3' and 'too small' in rows[str(tiny)]['error']
     with open(out / 'summary.csv', newline='') as f:
         errors = [r for r in csv.DictReader(f) if r['status'] == 'error']
-    assert len(errors) == len(expect) and all(r['error'] for r in errors)
+    # an input refused because its output is in the way (a file there, or another input's) was not processed: no row
+    refused = {str(exists), str(dup)}
+    assert {r['input'] for r in errors} == {str(p) for p in expect} - refused and all(r['error'] for r in errors)
 
     # --force overwrites, atomically
     assert cli(exists, '-o', out, '--scale', 2, '--force', *FAST) == 0
@@ -378,14 +380,15 @@ def test_summary_keeps_earlier_runs(tmp_path, capsys):
     out = tmp_path / 'out'
     assert cli(a, '-o', out, '--scale', 2, *FAST) == 0
     first = (out / 'summary.csv').read_text()
-    assert cli(b, a, '-o', out, '--scale', 2, *FAST) == 1  # a_x2.png exists: that row is an error
+    assert cli(b, a, '-o', out, '--scale', 2, *FAST) == 1  # a_x2.png exists: refused, an error line and no row
     text = (out / 'summary.csv').read_text()
     assert text.startswith(first), 'the first run\'s rows were rewritten'
     with open(out / 'summary.csv', newline='') as f:
         rows = list(csv.DictReader(f))
     seen = [(Path(r['input']).name, r['status']) for r in rows]
-    assert seen == [('a.png', 'ok'), ('b.png', 'ok'), ('a.png', 'error')]
-    assert all(r['run'] for r in rows) and rows[1]['run'] == rows[2]['run']
+    assert seen == [('a.png', 'ok'), ('b.png', 'ok')]
+    assert all(r['run'] for r in rows)
+    assert '1 of 2 image(s) done, 1 failed (1 refused: outputs in the way)' in capsys.readouterr().out
 
     # someone else's summary.csv is left alone; the rows go to a new numbered file, which the tool names
     other = tmp_path / 'other'
@@ -400,8 +403,9 @@ def test_summary_keeps_earlier_runs(tmp_path, capsys):
 
 
 def test_skip_existing_resumes_a_folder(tmp_path, capsys):
-    """--skip-existing: inputs whose outputs all exist are left alone and counted; exit status 0 when every input is
-    done now or was done before. Without it they are failures, as before; with --force it is refused."""
+    """--skip-existing: inputs whose outputs all exist are left alone and counted, and add no row to summary.csv
+    (one row per image processed); exit status 0 when every input is done now or was done before. Without it they are
+    failures, as before; with --force it is refused."""
     a = write(tmp_path / 'in' / 'a.png', photo('astronaut', 24, 28))
     b = write(tmp_path / 'in' / 'b.png', photo('coffee', 26, 24))
     c = write(tmp_path / 'in' / 'c.png', photo('chelsea', 24, 24))
@@ -416,9 +420,8 @@ def test_skip_existing_resumes_a_folder(tmp_path, capsys):
     now = snapshot(out)
     assert all(now[n] == before[n] for n in ('a_x2.png', 'b_x2.png')) and (out / 'c_x2.png').is_file()
     with open(out / 'summary.csv', newline='') as f:
-        last = list(csv.DictReader(f))[-3:]
-    assert [(Path(r['input']).name, r['status']) for r in last] == [('a.png', 'skipped'), ('b.png', 'skipped'),
-                                                                    ('c.png', 'ok')]
+        rows = list(csv.DictReader(f))
+    assert [(Path(r['input']).name, r['status']) for r in rows] == [('a.png', 'ok'), ('b.png', 'ok'), ('c.png', 'ok')]
     # with --compare the figure is an output too: an input whose figure is missing is not done
     assert cli(a, c, '-o', out, '--scale', 2, '--skip-existing', '--compare', *FAST) == 1
     assert 'c_compare.png' not in {p.name for p in out.iterdir()}
@@ -432,11 +435,11 @@ def test_skip_existing_resumes_a_folder(tmp_path, capsys):
 def test_saved_files_consistency_is_reported_with_its_clipping(tmp_path, capsys):
     """The saved file's ||Ax-b|| is its RGB clipped to [0, 1] and rounded: on this photo the clipping is most of it,
     so a 16-bit file (rounding 257 times finer) is nearly as far off as an 8-bit one. The console gives each as an
-    rms per LR pixel in 8-bit levels, ||Ax-b|| / sqrt(#LR pixels) * 255."""
+    rms per LR pixel in 8-bit levels, ||Ax-b|| / sqrt(#LR pixels) * 255 (with --verbose)."""
     rgb = photo('astronaut', 64, 64)
     a8, a16 = write(tmp_path / 'in' / 'a8.png', rgb), write(tmp_path / 'in' / 'a16.png', rgb.astype(np.uint16) * 257)
     out = tmp_path / 'out'
-    assert cli(a8, a16, '-o', out, '--scale', 2, '--device', 'cpu', *FAST) == 0
+    assert cli(a8, a16, '-o', out, '--scale', 2, '--device', 'cpu', '-v', *FAST) == 0
     lines = {ln.split(':')[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(str(tmp_path))}
     rows = read_summary(out)
     fid = {bits: {k: float(rows[str(path)][k]) for k in ('fidelity', 'fidelity_clipped', 'fidelity_saved')}
@@ -475,15 +478,41 @@ def test_console_shows_psnr_both_fidelities_and_solver_progress(tmp_path, capsys
     out = tmp_path / 'out'
     # on the CPU, where a solve takes long enough to need a progress bar (on a GPU it has none)
     assert cli(img, '-o', out, '--scale', 2, '--compare', '--gt', tmp_path / 'gt', '--device', 'cpu', *FAST) == 0
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(str(img)))
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith('astro.png: '))
+    assert len(line) <= 120, line  # a line a person reads; the details with --verbose
     row = read_summary(out)[str(img)]
-    assert f'MCNet {float(row["psnr_mcnet"]):.2f} dB' in line and f'bicubic {float(row["psnr_bicubic"]):.2f}' in line
-    fid_float, fid_saved = (float(line.split('||Ax-b|| ')[1].split(' float')[0]),
-                            float(line.split(' float, ')[1].split(' saved 8-bit (')[0]))
-    assert fid_float == pytest.approx(float(row['fidelity']), rel=1e-2)
-    assert fid_saved == pytest.approx(float(row['fidelity_saved']), rel=1e-2) and fid_saved > fid_float
+    assert f'Y-PSNR {float(row["psnr_mcnet"]):.2f} dB, SRCNN {float(row["psnr_backbone"]):.2f}, bicubic ' \
+        f'{float(row["psnr_bicubic"]):.2f}' in line, line
+    fid_float, fid_saved = (float(line.split('||Ax-b|| ')[1].split(' / ')[0]),
+                            float(line.split(' / ')[1].split(' saved')[0]))
+    assert fid_float == pytest.approx(float(row['fidelity']), rel=5e-2)
+    assert fid_saved == pytest.approx(float(row['fidelity_saved']), rel=5e-2) and fid_saved > fid_float
+    assert 'stopped at' not in line and row['status'] == 'ok'
     solve = [bar for bar in bars if bar.desc == 'astro.png solve']
     assert len(solve) == 1 and solve[0].n >= int(row['iterations']) >= 1, [(b.desc, b.n) for b in bars]
+
+
+def test_a_solve_stopped_at_its_iteration_cap_says_so(tmp_path, capsys):
+    """--iters 2 stops the solve before --tol 1e-9: the output is written, and the image's line, its summary.csv row
+    (status) and the run's last line say so; --verbose keeps the line's details."""
+    a = write(tmp_path / 'in' / 'a.png', photo('astronaut', 24, 28))
+    b = write(tmp_path / 'in' / 'b.png', photo('coffee', 26, 24))
+    out = tmp_path / 'out'
+    assert cli(a, b, '-o', out, '--scale', 2, '--iters', 2, '--tol', '1e-9', '--device', 'cpu') == 0
+    stdout = capsys.readouterr().out.splitlines()
+    rows = read_summary(out)
+    for path in (a, b):
+        row = rows[str(path)]
+        assert row['status'] == 'not converged' and row['iterations'] == '2' and float(row['solver_residual']) > 1e-9
+        line = next(ln for ln in stdout if ln.startswith(f'{path.name}: '))
+        assert f'2 iters (stopped at --iters: residual {float(row["solver_residual"]):.1e} > --tol 1e-09)' in line
+    assert stdout[-1].startswith('2 of 2 image(s) done, 0 failed, 2 stopped at --iters 2 before --tol; summary: ')
+    assert (out / 'a_x2.png').is_file() and (out / 'b_x2.png').is_file()
+    # --verbose: the whole path, the fidelity details and the operator on the line
+    assert cli(a, '-o', out, '--scale', 2, '--iters', 2, '--tol', '1e-9', '--device', 'cpu', '--force', '-v') == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(f'{a}: '))
+    assert 'stopped at --iters' in line and 'per LR pixel; clipping to [0, 1] alone' in line
+    assert '[A = matlab-bicubic, on Y]' in line
 
 
 # ------------------------------------------------------------------------------------ measurement options
@@ -561,7 +590,7 @@ def test_degradation_cv2_area_is_consistent_with_opencv(tmp_path, capsys):
     for name, extra in (('default', []), ('matlab', ['--degradation', 'matlab-bicubic']),
                         ('area', ['--degradation', 'cv2-area'])):
         outs[name] = tmp_path / name
-        assert cli(img, '-o', outs[name], '--scale', 2, '--tol', '1e-4', *extra) == 0
+        assert cli(img, '-o', outs[name], '--scale', 2, '--tol', '1e-4', '-v', *extra) == 0
     console = capsys.readouterr().out
     assert (outs['default'] / 'c_x2.png').read_bytes() == (outs['matlab'] / 'c_x2.png').read_bytes()
     assert '[A = cv2-area, the largest of R, G, B]' in console and '[A = matlab-bicubic, on Y]' in console

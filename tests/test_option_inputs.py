@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO_ROOT, repo_env
 from mcnet_basicsr.utils.checkpoint import load_state_dict
 from mcnet_basicsr.utils.paths import SHIPPED_WEIGHTS_DIR, resolve_path
-from mcnet_basicsr.zoo.assets import how_to_make, missing_option_inputs, option_inputs
+from mcnet_basicsr.zoo.assets import how_to_make, load_manifest, missing_option_inputs, option_inputs
 
 
 @pytest.mark.slow
@@ -26,16 +26,18 @@ def test_missing_inputs_are_named_with_their_command(entry, tmp_path):
     assert all(line.startswith('error: ') and 'is missing; ' in line for line in lines), lines
     # data and third-party weights are read relative to the current folder, and the message says so
     assert all(f', relative to the current folder {tmp_path}) is missing' in line for line in lines), lines
+    # the commands work from there: the repository's scripts by their absolute path, fetched into this folder
+    scripts = REPO_ROOT / 'scripts'
     assert any('datasets/Set5/HR_mod3 (' in line and line.endswith(
-        'python scripts/fetch_assets.py Set5 && python scripts/prepare_datasets.py --eval-sets Set5 --train-sets '
-        '--scales 3') for line in lines), lines
+        f'python {scripts}/fetch_assets.py Set5 --root . && python {scripts}/prepare_datasets.py --eval-sets Set5 '
+        '--train-sets --scales 3') for line in lines), lines
     assert any('experiments/pretrained_models/srcnn_955_imagenet_x3.pth (network_g.backbone.path, ' in line and
-               line.endswith('python scripts/fetch_assets.py srcnn_955_imagenet') for line in lines), lines
+               line.endswith(f'python {scripts}/fetch_assets.py srcnn_955_imagenet --root .') for line in lines), lines
     # the shipped weights the option file names (the layer, or the DnCNN6 training starts from) are the package's
     assert not any('mcnet_basicsr/weights/' in line for line in lines), lines
     if name.startswith('train'):
         assert any('datasets/T91/T91_HR_sub_x3.lmdb' in line and line.endswith(
-            'python scripts/prepare_datasets.py --eval-sets --train-sets T91 --scales 3') for line in lines), lines
+            f'python {scripts}/prepare_datasets.py --eval-sets --train-sets T91 --scales 3') for line in lines), lines
     assert not (tmp_path / 'results').exists() and not (tmp_path / 'experiments').exists()
 
 
@@ -56,16 +58,69 @@ def test_force_yml_paths_are_the_ones_checked(tmp_path):
 
 
 def test_how_to_make(tmp_path, monkeypatch):
+    scripts = REPO_ROOT / 'scripts'
     monkeypatch.chdir(tmp_path)
     assert how_to_make('datasets/T91_BSD200/T91_BSD200_LR_sub_x4.lmdb') == \
-        'python scripts/fetch_assets.py T91 BSD200 && python scripts/prepare_datasets.py --eval-sets ' \
+        f'python {scripts}/fetch_assets.py T91 BSD200 --root . && python {scripts}/prepare_datasets.py --eval-sets ' \
         '--train-sets T91+BSD200 --scales 4'
     (tmp_path / 'datasets' / 'Set14' / 'HR').mkdir(parents=True)  # HR images there: only the preparation is left
     assert how_to_make('datasets/Set14/LR_bicubic/X2') == \
-        'python scripts/prepare_datasets.py --eval-sets Set14 --train-sets --scales 2'
+        f'python {scripts}/prepare_datasets.py --eval-sets Set14 --train-sets --scales 2'
+    assert how_to_make('experiments/pretrained_models/DnCNN_noise15.pth') == \
+        f'python {scripts}/fetch_assets.py dncnn17_ryu --root .'
+    assert how_to_make('experiments/pretrained_models/RCAN_BIX2.pth').startswith('convert your copy')
+    # in the repository root, the README's commands (fetch_assets.py writes there by default)
+    monkeypatch.chdir(REPO_ROOT)
     assert how_to_make('experiments/pretrained_models/DnCNN_noise15.pth') == \
         'python scripts/fetch_assets.py dncnn17_ryu'
-    assert how_to_make('experiments/pretrained_models/RCAN_BIX2.pth').startswith('convert your copy')
+
+
+@pytest.mark.parametrize('target', [
+    'datasets/Set5/HR_mod3', 'datasets/Set14/LR_bicubic/X2', 'datasets/T91/T91_LR_sub_x4.lmdb',
+    'experiments/pretrained_models/DnCNN_noise15.pth', 'experiments/pretrained_models/RCAN_BIX2.pth'])
+def test_the_hints_commands_fill_what_the_option_file_reads_from_another_folder(target, tmp_path, monkeypatch):
+    """Each command of a hint, read by its script's own argument parser in the folder where the hint is printed
+    (not the repository), writes where the option file's relative path points from that folder; prepare_datasets.py
+    reads its HR images where fetch_assets.py put them."""
+    import re
+    import shlex
+
+    from conftest import load_script
+    work = tmp_path / 'work'
+    work.mkdir()
+    monkeypatch.chdir(work)
+    hint = how_to_make(target)
+    hint = re.sub(r'^convert your copy .* with (.*) \(see .*$', r'\1', hint)  # the command of that sentence
+    commands = [shlex.split(cmd) for cmd in hint.split(' && ')]
+    written, hr_folders = set(), set()
+    manifest = load_manifest()
+    for argv in commands:
+        assert argv[0] == 'python' and Path(argv[1]).is_file(), hint  # the script is found from this folder
+        script = Path(argv[1]).stem
+        if script == 'convert_weights':  # the hint names no input: the user's copy of the official weights
+            written.add(str((Path(argv[argv.index('--out-dir') + 1]) / Path(target).name).resolve()))
+            continue
+        args = load_script(script).parse_args(argv[2:])
+        if script == 'fetch_assets':
+            for name in args.names:
+                asset = manifest[name]
+                written |= {str((Path(args.root) / out).resolve()) for out in asset.outputs()}
+                hr_folders.add(str((Path(args.root) / asset.dest).resolve()))
+        elif script == 'prepare_datasets':
+            src = Path(args.src or args.root)
+            for name in args.eval_sets:
+                assert str((src / name / 'HR').resolve()) in hr_folders or (work / 'datasets' / name / 'HR').is_dir()
+                for s in args.scales:
+                    written |= {str((Path(args.root) / name / sub).resolve()) for sub in
+                                (f'HR_mod{s}', f'LR_bicubic/X{s}')}
+            for spec in args.train_sets:
+                name = spec.replace('+', '_')
+                for part in spec.split('+'):
+                    assert str((src / part / 'HR').resolve()) in hr_folders
+                for s in args.scales:
+                    written |= {str((Path(args.root) / name / f'{name}_{kind}_sub_x{s}.lmdb').resolve())
+                                for kind in ('HR', 'LR')}
+    assert str((work / target).resolve()) in written, (hint, sorted(written))
     present = {'network_g': {'denoiser': {'depth': 6, 'path': str(tmp_path)}}, 'path': {'pretrain_network_g': None}}
     assert option_inputs(present) == [('network_g.denoiser.path', str(tmp_path))]
     assert missing_option_inputs(present) == []

@@ -1,6 +1,7 @@
 """pytest.ini and tests/conftest.py: the suite starts with and without pytest-xdist, and uses xdist's workers only
 where it is installed (and only when the command line asks for none itself)."""
 import os
+import re
 import subprocess
 import sys
 
@@ -36,3 +37,13 @@ def test_xdist_workers_with_work_stealing_unless_the_command_line_says_otherwise
     assert proc.returncode == 0 and '1 passed' in proc.stdout and 'created:' not in proc.stdout, proc.stdout
     proc = run_pytest('-p', 'no:xdist')
     assert proc.returncode == 0 and '1 passed' in proc.stdout and 'created:' not in proc.stdout, proc.stdout
+
+
+def test_no_test_monkeypatches_torchs_backend_flags():
+    """Since pytest 9, monkeypatch's undo deletes an attribute it did not find in the object's ``__dict__``; torch
+    serves ``torch.backends.cuda.matmul.allow_tf32`` through ``__getattr__``, so the undo raised an AttributeError in
+    the teardown. The tests restore those flags by assignment (conftest's ``keep_tf32_flags``, ``set_tf32_flags``)."""
+    pattern = re.compile(r'monkeypatch\.(setattr|delattr)\(\s*torch\.backends\b')
+    offenders = [f'{path.name}:{n}' for path in sorted((REPO_ROOT / 'tests').glob('*.py'))
+                 for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not offenders, offenders

@@ -6,7 +6,7 @@ Usage::
              [--backbone-weights PATH] [--weights PATH]
              [--degradation NAME | --kernel FILE [--kernel-index I] [--boundary B]] [--noise SIGMA] [--channels {y,rgb}]
              [--eps-rms X] [--iters N] [--tol T] [--extrapolation T] [--device auto|cpu|cuda] [--no-cuda-graph]
-             [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force | --skip-existing]
+             [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force | --skip-existing] [-v]
     python -m mcnet_basicsr.cli.inference ...
 
 The options and their checks live in :mod:`mcnet_sr_cli` (standard library only), so ``--help`` and a bad
@@ -16,17 +16,21 @@ INPUT: files, folders (their PNG/JPEG/BMP/TIFF files, not recursive) or glob pat
 gray, gray+alpha, RGB or RGBA. Colour goes through MCNet (the implicit layer on Y, CbCr from the
 backbone path, exactly :meth:`MCNetArch.forward`), gray is treated as Y, alpha is upscaled with
 MATLAB bicubic and clipped. Each result is written as a PNG ``<stem>_x<s>.png`` with the bit depth
-and channel layout of its input. ``summary.csv`` in OUTDIR gets one row per input (failed ones with
-their error) appended to the rows of earlier runs, which are kept (column ``run``: when the run started);
-a ``summary.csv`` with other columns is left alone and the rows go to the next free ``summary_<n>.csv``.
+and channel layout of its input. ``summary.csv`` in OUTDIR gets one row per image processed, appended to the rows of
+earlier runs, which are kept (column ``run``: when the run started); its ``status`` is ``ok``, ``not converged`` (the
+solve stopped at ``--iters`` before ``--tol``; the output is written) or ``error`` (with the ``error``). Inputs
+refused because their outputs exist (no ``--force``) and inputs skipped by ``--skip-existing`` add no row. A
+``summary.csv`` with other columns is left alone and the rows go to the next free ``summary_<n>.csv``.
 
 Console: a solver progress bar per image on the CPU (stderr; its length and the time left extrapolate
-the rate at which the residual falls to --tol), then one line per image with the
-solver's iterations and residual, ``||Ax-b||`` of the float result and of the saved file, and with ``--compare
---gt`` the Y-PSNRs of bicubic, the backbone and MCNet.
+the rate at which the residual falls to --tol), then one line per image (about 120 characters) with the
+solver's iterations, ``||Ax-b||`` of the float result and of the saved file, and with ``--compare --gt`` the Y-PSNRs
+of MCNet, the backbone and bicubic; a solve stopped at ``--iters`` says so with its residual. ``--verbose`` adds
+the residual, the saved file's figures below and the operator.
 
 Consistency: the float result ``x`` satisfies ``||A x - b||_2 <= eps`` (Y in [0, 1], ``A`` = MATLAB
-bicubic downscaling, ``b`` = Y of the LR image; eps = 0 unless ``--eps-rms``). ``--degradation NAME`` (a name of
+bicubic downscaling, ``b`` = Y of the LR image; eps the layer's: 0 for SRCNN's layers, the uint8 quantisation
+level for the others, unless ``--eps-rms``). ``--degradation NAME`` (a name of
 :data:`~mcnet_basicsr.ops.DEGRADATIONS`) or ``--kernel FILE`` (circular blur with the kernel, then the upper-left
 pixel of each s x s block: :class:`~mcnet_basicsr.ops.BlurDownsample`) give another ``A``; ``--noise SIGMA`` (on
 0..255) widens eps to ``sqrt(eps^2 + (SIGMA/255)^2 m)`` (m LR values; on Y the noise of Y,
@@ -85,9 +89,15 @@ from ..zoo.pretrained import (TRAINED_FOR, backbone_name, build_pretrained_mcnet
                               model_card)
 
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
+NOT_CONVERGED = 'not converged'  # summary.csv's status of a solve stopped by --iters before reaching --tol
 SUMMARY_FIELDS = ('run', 'input', 'status', 'error', 'output', 'compare', 'in_h', 'in_w', 'out_h', 'out_w', 'channels',
                   'bit_depth', 'scale', 'tiles', 'iterations', 'solver_residual', 'eps', 'fidelity', 'fidelity_clipped',
                   'fidelity_saved', 'psnr_bicubic', 'psnr_backbone', 'psnr_mcnet', 'seconds')
+
+
+class Refused(ImageError):
+    """An input not processed because its outputs would replace files (no --force) or those of another input: an
+    error line and exit status 1, no row in summary.csv."""
 
 
 # ---------------------------------------------------------------------------------------- inputs
@@ -336,7 +346,9 @@ def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
 
     Returns:
         dict: ``sr`` (float64 result, RGB or Y), ``y`` (its Y), ``w`` / ``cbcr`` (backbone estimate),
-        ``b`` (float64 LR Y), ``eps`` (of the solve), ``stats`` (SolverStats), ``tiles`` (number of tiles).
+        ``b`` (float64 LR Y), ``eps`` (of the solve), ``stats`` (SolverStats of the last solve), ``tiles`` (number
+        of tiles); over every channel's solve: ``iterations`` and ``residual`` (the largest), ``converged`` (every
+        solve reached its tolerance before its iteration cap).
         With the layer's ``channels`` 'rgb' and colour input, R, G and B are each consistent, one solve per channel.
     """
     h, w = colour.shape[-2:]
@@ -351,6 +363,7 @@ def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
 
     def solve(w_, b, op, sigma):
         x, solved['info'] = model.solve(w_.float(), b, op, sigma)
+        solved.setdefault('all', []).append(solved['info']['forward'])  # one solve per channel with 'rgb'
         # solve() ends with P_S in float64 but returns float32; one more exact P_S on the full image
         # keeps the result in float64, so its consistency is not limited by float32 rounding.
         solved['x'] = op.project(x.double(), b, solved['info']['eps'])
@@ -364,8 +377,11 @@ def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
         stats, eps = solved['info']['forward'], solved['info']['eps']
         per_channel = model.channels == 'rgb' and cbcr is not None
         y = luma(sr) if per_channel else solved['x']
+    every = solved['all']
     return {'sr': sr, 'y': y, 'w': w_y, 'cbcr': cbcr, 'b': luma(colour.double()), 'eps': eps, 'stats': stats,
-            'tiles': n_tiles}
+            'tiles': n_tiles, 'iterations': max(int(st.iterations.max()) for st in every),
+            'residual': max(float(st.residual.max()) for st in every),
+            'converged': all(bool(st.converged.all()) for st in every)}
 
 
 def crop_result(result, pad, scale):
@@ -411,9 +427,10 @@ def make_figure(model, colour, result, gt_arr, scale):
 
 # ---------------------------------------------------------------------------------------- main loop
 def process_image(row, args, model, device, out_names, n_inputs, operator=None):
-    """Process the input ``row['input']``, filling its summary ``row``; raises on failure. With ``--skip-existing``
-    an input whose outputs all exist is left alone (``row['status']``: 'skipped'). ``operator``: what made the inputs
-    (default: :func:`measurement` of the options)."""
+    """Process the input ``row['input']``, filling its summary ``row`` (``status`` 'ok', or 'not converged' where the
+    solve stopped at --iters before --tol); raises on failure (:class:`Refused` where outputs are in the way). With
+    ``--skip-existing`` an input whose outputs all exist is left alone (``row['status']``: 'skipped'). ``operator``:
+    what made the inputs (default: :func:`measurement` of the options)."""
     if operator is None:
         operator = measurement(args, model)
     path = row['input']
@@ -423,15 +440,15 @@ def process_image(row, args, model, device, out_names, n_inputs, operator=None):
     outputs = [p for p in (out_path, cmp_path) if p]
     for p in outputs:
         if p in out_names:
-            raise ImageError(f'output {p} would also be written for {out_names[p]} in this run (same file stem)')
+            raise Refused(f'output {p} would also be written for {out_names[p]} in this run (same file stem)')
     if args.skip_existing and all(osp.lexists(p) for p in outputs):
         out_names.update(dict.fromkeys(outputs, path))
         row.update(status='skipped', output=out_path, compare=cmp_path or '')
         return
     for p in outputs:
         if not args.force and osp.lexists(p):
-            raise ImageError(f'{p} already exists (use --force to overwrite it, or --skip-existing to skip the inputs '
-                             'whose outputs all exist)')
+            raise Refused(f'{p} already exists (use --force to overwrite it, or --skip-existing to skip the inputs '
+                          'whose outputs all exist)')
     out_names.update(dict.fromkeys(outputs, path))
 
     img = read_image(path)
@@ -469,9 +486,9 @@ def process_image(row, args, model, device, out_names, n_inputs, operator=None):
         alpha = imresize(alpha.to(device), args.scale).clamp(0, 1)
     arr = to_array(sr, alpha, peak)
     saved_colour, _, _ = split_image(arr)
-    stats = result['stats']
-    row.update(tiles=result['tiles'], iterations=int(stats.iterations[0]), solver_residual=float(stats.residual[0]),
-               eps=float(result['eps']), fidelity=fid, fidelity_clipped=fid_clipped,
+    row.update(tiles=result['tiles'], iterations=result['iterations'], solver_residual=result['residual'],
+               status='ok' if result['converged'] else NOT_CONVERGED, eps=float(result['eps']), fidelity=fid,
+               fidelity_clipped=fid_clipped,
                fidelity_saved=fidelity(operator, saved_colour.to(device), lr, model.channels))
     if cmp_path:
         figure, psnr = make_figure(model, colour, result, gt_arr, args.scale)
@@ -529,14 +546,13 @@ def run(args, models=None):
     os.makedirs(args.output, exist_ok=True)
     print(model_line(args), flush=True)
 
-    rows, failed, skipped, out_names = [], 0, 0, {}
+    rows, failed, refused, skipped, capped, out_names = [], 0, 0, 0, 0, {}
     run_started = time.strftime('%Y-%m-%dT%H:%M:%S%z')
     n_images = sum(err is None for _, err in inputs)
     bar = tqdm(inputs, desc='mcnet-sr', unit='img', disable=None, file=sys.stderr)
     for path, err in bar:
         start = time.perf_counter()
         row = {'run': run_started, 'input': path, 'scale': args.scale}
-        rows.append(row)
         try:
             if err is not None:
                 raise ImageError(err)
@@ -545,35 +561,58 @@ def run(args, models=None):
             failed += 1
             msg = _one_line(exc if isinstance(exc, ImageError) else f'{type(exc).__name__}: {exc}')
             tqdm.write(f'error: {path}: {msg}', file=sys.stderr)
-            row.update(status='error', error=msg, seconds=time.perf_counter() - start)
+            if isinstance(exc, Refused):  # an input refused before any work adds no row
+                refused += 1
+            else:
+                rows.append(row)
+                row.update(status='error', error=msg, seconds=time.perf_counter() - start)
             if device.type == 'cuda':  # e.g. out of memory: give the next image the whole device
                 release_cuda_graph_memory(device)
                 torch.cuda.empty_cache()
             continue
-        if row.get('status') == 'skipped':
+        if row.get('status') == 'skipped':  # done before: no row, its outputs' rows are those of that run
             skipped += 1
-            row['seconds'] = time.perf_counter() - start
             tqdm.write(f'{path}: skipped, {row["output"]} exists')
             continue
-        row.update(status='ok', seconds=time.perf_counter() - start)
-        tiles_txt = f', {row["tiles"]} tiles' if row['tiles'] > 1 else ''
-        psnr_txt = ''
-        if row.get('psnr_mcnet') is not None:
-            psnr_txt = (f', Y-PSNR bicubic {row["psnr_bicubic"]:.2f} / {backbone_name(args.backbone)} '
-                        f'{row["psnr_backbone"]:.2f} / MCNet {row["psnr_mcnet"]:.2f} dB')
-        levels = 255 / (row['in_h'] * row['in_w'])**0.5  # ||Ax-b|| -> rms per LR pixel in 8-bit levels
-        measured = 'the largest of R, G, B' if model.channels == 'rgb' and row['channels'] >= 3 else 'on Y'
-        tqdm.write(f'{path}: {row["in_w"]}x{row["in_h"]} -> {row["out_w"]}x{row["out_h"]}, '
-                   f'{row["iterations"]} iters, residual {row["solver_residual"]:.2e}, '
-                   f'||Ax-b|| {row["fidelity"]:.2e} float, {row["fidelity_saved"]:.2e} saved {row["bit_depth"]}-bit '
-                   f'(rms {row["fidelity_saved"] * levels:.3f}/255 per LR pixel; clipping to [0, 1] alone: '
-                   f'{row["fidelity_clipped"] * levels:.3f}/255) [A = {measurement_name(args)}, {measured}]'
-                   f'{psnr_txt}{tiles_txt}, {row["seconds"]:.2f} s')
+        rows.append(row)
+        row['seconds'] = time.perf_counter() - start
+        capped += row['status'] == NOT_CONVERGED
+        tqdm.write(image_line(row, args, model))
     summary = append_csv(args.output, 'summary', SUMMARY_FIELDS, rows)
     skipped_txt = f', {skipped} skipped (done before: outputs exist)' if args.skip_existing else ''
-    print(f'{len(rows) - failed - skipped} of {len(rows)} image(s) done{skipped_txt}, {failed} failed; summary: '
-          f'{summary}', flush=True)
+    refused_txt = f' ({refused} refused: outputs in the way)' if refused else ''
+    capped_txt = f', {capped} stopped at --iters {args.iters} before --tol' if capped else ''
+    print(f'{len(inputs) - failed - skipped} of {len(inputs)} image(s) done{skipped_txt}, {failed} failed{refused_txt}'
+          f'{capped_txt}; summary: {summary}', flush=True)
     return 1 if failed else 0
+
+
+def image_line(row, args, model):
+    """The console line of a processed image: its size, the solve, ``||Ax-b||`` of the float result and of the saved
+    file, Y-PSNRs with --compare --gt, the time; a solve stopped at --iters before --tol says so. With --verbose,
+    also the solver's residual, the saved file's rms per LR pixel and the clipping's share, and the operator."""
+    verbose = getattr(args, 'verbose', False)
+    name = row['input'] if verbose else osp.basename(row['input'])
+    solve = f'{row["iterations"]} iters'
+    if row['status'] == NOT_CONVERGED:
+        solve += f' (stopped at --iters: residual {row["solver_residual"]:.1e} > --tol {args.tol:g})'
+    elif verbose:
+        solve += f', residual {row["solver_residual"]:.2e}'
+    if verbose:
+        levels = 255 / (row['in_h'] * row['in_w'])**0.5  # ||Ax-b|| -> rms per LR pixel in 8-bit levels
+        measured = 'the largest of R, G, B' if model.channels == 'rgb' and row['channels'] >= 3 else 'on Y'
+        fid = (f'||Ax-b|| {row["fidelity"]:.2e} float, {row["fidelity_saved"]:.2e} saved {row["bit_depth"]}-bit '
+               f'(rms {row["fidelity_saved"] * levels:.3f}/255 per LR pixel; clipping to [0, 1] alone: '
+               f'{row["fidelity_clipped"] * levels:.3f}/255) [A = {measurement_name(args)}, {measured}]')
+    else:
+        fid = f'||Ax-b|| {row["fidelity"]:.1e} / {row["fidelity_saved"]:.1e} saved'
+    psnr = ''
+    if row.get('psnr_mcnet') is not None:
+        psnr = (f', Y-PSNR {row["psnr_mcnet"]:.2f} dB, {backbone_name(args.backbone)} {row["psnr_backbone"]:.2f}, '
+                f'bicubic {row["psnr_bicubic"]:.2f}')
+    tiles = f', {row["tiles"]} tiles' if row['tiles'] > 1 else ''
+    return (f'{name}: {row["in_w"]}x{row["in_h"]} -> {row["out_w"]}x{row["out_h"]}, {solve}, {fid}{psnr}{tiles}, '
+            f'{row["seconds"]:.1f} s')
 
 
 def execute(args, models=None):

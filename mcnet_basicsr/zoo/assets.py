@@ -21,6 +21,7 @@ import hashlib
 import http.client
 import os
 import os.path as osp
+import shlex
 import shutil
 import sys
 import urllib.error
@@ -36,6 +37,8 @@ RAW_BASE = 'https://raw.githubusercontent.com'
 KINDS = ('dataset', 'weights')
 CHUNK = 1 << 16
 TIMEOUT_S = 60
+# the repository's scripts/ (fetch_assets.py, prepare_datasets.py, ...) beside the package, in a clone
+REPO_DIR = Path(__file__).resolve().parents[2]
 
 
 class AssetError(Exception):
@@ -317,11 +320,14 @@ def fetch(names=None, root='.', mirror=None, base_url=None, force=False, manifes
                 errors.append(str(err))
             except OSError as err:
                 errors.append(f'{afile.dest}: {err.strerror or err}')
-        for msg in errors:
-            print(f'error: {msg}', file=sys.stderr, flush=True)
         failures += errors
-        log(f'{asset.name}: {counts["fetched"]} fetched, {counts["present"]} already present'
-            f'{f", {len(errors)} failed" if errors else ""} -> {asset.dest}/')
+        line = f'{asset.name}: {counts["fetched"]} fetched, {counts["present"]} already present'
+        if errors:  # one line per asset, with its first error (a network outage fails every file alike)
+            more = f' (and {len(errors) - 1} more)' if len(errors) > 1 else ''
+            print(f'error: {line}, {len(errors)} failed -> {asset.dest}/; first: {errors[0]}{more}', file=sys.stderr,
+                  flush=True)
+        else:
+            log(f'{line} -> {asset.dest}/')
         if asset.convert and not errors:
             try:
                 written = convert_asset(asset, root, force=force)
@@ -359,37 +365,61 @@ def option_inputs(opt):
     return found
 
 
+def script_command(name, *args):
+    """``python <scripts/name> args...`` as it runs from the current folder: the script's path relative to the current
+    folder when it lies under it (``scripts/fetch_assets.py`` in the repository root), else absolute."""
+    script = REPO_DIR / 'scripts' / name
+    if not script.is_file():  # the package without its repository: the script of a clone
+        return ' '.join(['python', f'scripts/{name}', *args])
+    try:
+        shown = script.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        shown = str(script)
+    return ' '.join(['python', shlex.quote(shown), *args])
+
+
+def fetch_command(names, root='.'):
+    """The command, run from the current folder, that puts the assets ``names`` under ``root`` (as typed there:
+    ``root/datasets/<Name>/HR``, ``root/experiments/pretrained_models``); ``--root`` is left out where it is
+    fetch_assets.py's default, the repository root."""
+    args = list(names)
+    if Path(root).resolve() != REPO_DIR:
+        args += ['--root', shlex.quote(str(root))]
+    return script_command('fetch_assets.py', *args)
+
+
 def how_to_make(path, manifest=None):
-    """The command that makes ``path`` (as an option file names it), or a sentence saying where it comes from."""
+    """The command that makes ``path`` (as an option file names it, relative to the current folder) when run from the
+    current folder, or a sentence saying where it comes from."""
     import re
     parts = Path(path).as_posix().split('/')
     manifest = load_manifest() if manifest is None else manifest
     for asset in manifest.values():
         if path in asset.outputs():
-            return f'python scripts/fetch_assets.py {asset.name}'
+            return fetch_command([asset.name])
     datasets = {a.name for a in manifest.values() if a.kind == 'dataset'}
     if len(parts) >= 3 and parts[0] == 'datasets' and set(parts[1].split('_')) <= datasets:
         names = parts[1].split('_')
-        fetch_cmd = '' if all(Path('datasets', n, 'HR').is_dir() for n in names) else \
-            f'python scripts/fetch_assets.py {" ".join(names)} && '
+        fetch_cmd = '' if all(Path('datasets', n, 'HR').is_dir() for n in names) else f'{fetch_command(names)} && '
         lmdb = re.fullmatch(r'.*_sub_x(\d+)\.lmdb', parts[-1])
         folder = re.fullmatch(r'(?:HR_mod|X)(\d+)', parts[-1])
-        if lmdb:
-            return f'{fetch_cmd}python scripts/prepare_datasets.py --eval-sets --train-sets {"+".join(names)} ' \
-                   f'--scales {lmdb.group(1)}'
-        if folder:
-            return f'{fetch_cmd}python scripts/prepare_datasets.py --eval-sets {parts[1]} --train-sets ' \
-                   f'--scales {folder.group(1)}'
-        return f'{fetch_cmd}python scripts/prepare_datasets.py'
+        if lmdb:  # prepare_datasets.py reads and writes ./datasets by default
+            args = ['--eval-sets', '--train-sets', '+'.join(names), '--scales', lmdb.group(1)]
+        elif folder:
+            args = ['--eval-sets', parts[1], '--train-sets', '--scales', folder.group(1)]
+        else:
+            args = []
+        return fetch_cmd + script_command('prepare_datasets.py', *args)
     stem = Path(path).stem
     if Path('options', f'train_{stem}.yml').is_file():
-        return f'python mcnet_basicsr/train.py -opt options/train_{stem}.yml trains it'
+        return f'python -m mcnet_basicsr.train -opt options/train_{stem}.yml trains it'
     if shipped_file(path) is not None:
         return f'the installed package has no such file in {SHIPPED_WEIGHTS_DIR}; reinstall mcnet_basicsr or fix ' \
                'the path'
     if parts[0] == 'experiments' and 'pretrained_models' in parts:
-        return 'convert your copy of the official weights with python scripts/convert_weights.py (see the option ' \
-               "file's header)"
+        out = [] if Path.cwd().resolve() == REPO_DIR else ['--out-dir', shlex.quote(str(Path(path).parent))]
+        return f'convert your copy of the official weights with {script_command("convert_weights.py", *out)} (see ' \
+               "the option file's header)"
     return 'no command in this repository makes it'
 
 
