@@ -1,13 +1,16 @@
 """USRNet and FFDNet (mcnet_basicsr/archs/usrnet_arch.py, ffdnet_arch.py): USRNet's data step is the exact minimiser
 for the project's blur operator, its kernel spectrum is that operator's blur, FFDNet's sub-image layout and cropping,
-and the official weights (strict loading, parameter counts, what they do on a photo)."""
+the official weights (strict loading, parameter counts, what they do on a photo), and the kernel table's usrnet_tiny row
+(told the kernel, the scale and the noise level; a Table K cell against a GPU record)."""
+import json
+
 import numpy as np
 import pytest
 import torch
 from scipy import ndimage
 from torch import nn
 
-from conftest import sample_photo, shared_path
+from conftest import REPO_ROOT, SHARED, sample_photo, shared_path
 from mcnet_basicsr.archs.ffdnet_arch import FFDNet
 from mcnet_basicsr.archs.usrnet_arch import USRNet, alias_mean, kernel_spectrum
 from mcnet_basicsr.data.kernel_family import gaussian_kernel
@@ -15,6 +18,7 @@ from mcnet_basicsr.ops import build_operator
 
 # (HR height, HR width, scale, kernel shape): odd and even kernel sides
 CASES = [(8, 12, 2, (5, 5)), (9, 12, 3, (4, 6)), (12, 8, 4, (3, 4))]
+GPU_RECORD = REPO_ROOT / 'benchmarks' / 'records' / 'kernel_table_usrnet_tiny_h100.json'
 
 
 def _kernel(shape, seed=0):
@@ -165,3 +169,110 @@ def test_official_ffdnet_loads_strictly_and_denoises():
         out = net(noisy, 25 / 255)
     assert out.shape == clean.shape
     assert _psnr(out, clean) > _psnr(noisy, clean) + 8, (_psnr(out, clean), _psnr(noisy, clean))
+
+
+def test_protocol_forward_tells_a_non_blind_network_the_kernel_scale_and_noise():
+    """The kernel table's third kind of row: the LR as it is, the operator's kernel as an (1, 1, kh, kw) tensor, its
+    scale and the noise level."""
+    from mcnet_basicsr.evaluation.kernel_table import protocol_forward
+    k = gaussian_kernel(7, 1.1, 0.6, 0.4)
+    op = build_operator({'type': 'blur', 'scale': 3, 'kernel': k})
+    lr = np.random.default_rng(6).random((2, 5, 4, 3)).astype(np.float32)
+    seen = {}
+    net = USRNet()
+
+    def forward(*args):
+        seen['args'] = args
+        return torch.full((2, 3, 15, 12), 0.5)
+
+    net.forward = forward
+    sr, residuals, info = protocol_forward(net, False, lr, op, 2.55 / 255, torch.device('cpu'))
+    x, kernel, scale, sigma = seen['args']
+    assert torch.equal(x, torch.from_numpy(lr).permute(0, 3, 1, 2))
+    assert kernel.shape == (1, 1, 7, 7) and kernel.dtype == torch.float32
+    torch.testing.assert_close(kernel[0, 0], torch.from_numpy(k).float(), rtol=0, atol=0)
+    assert scale == 3 and sigma == 2.55 / 255
+    assert sr.shape == (2, 15, 12, 3) and (sr == 128).all() and residuals is None and info == {}
+
+
+def test_usrnet_tiny_row_is_the_protocols_psnr(tmp_path, monkeypatch):
+    """The usrnet_tiny row (options/test_usrnet_tiny_x3.yml, the official weights as fetch_assets.py converts them) on
+    x3 with noise 2.55: each image's PSNR is the one USRNet-tiny gives when called directly on the protocol's LR
+    (scipy's circular blur of the uint8 HR, upper-left decimation, the noise of seed 0) with the kernel, the scale and
+    the noise level."""
+    from types import SimpleNamespace
+
+    import cv2
+    import scipy.io
+
+    from mcnet_basicsr.data.degradations import psnr_rgb_uint8
+    from mcnet_basicsr.evaluation.kernel_table import measure
+    from mcnet_basicsr.zoo.assets import fetch
+    shared_path('weights', 'usrnet_tiny')
+    assert fetch(['usrnet_tiny'], root=tmp_path, mirror=SHARED, log=lambda m: None) == []
+    (tmp_path / 'options').symlink_to(REPO_ROOT / 'options')
+    (tmp_path / 'data' / 'CBSD68' / 'HR').mkdir(parents=True)
+    (tmp_path / 'data' / 'kernels').mkdir()
+    photos = {'astronaut.png': sample_photo('astronaut', (72, 96)), 'coffee.png': sample_photo('coffee', (96, 72))}
+    for name, img in photos.items():
+        cv2.imwrite(str(tmp_path / 'data' / 'CBSD68' / 'HR' / name), img[:, :, ::-1])
+    kernels = np.empty((1, 12), dtype=object)
+    for i in range(12):
+        kernels[0, i] = gaussian_kernel(25, 0.7 + 0.2 * i).astype(np.float32)
+    scipy.io.savemat(tmp_path / 'data' / 'kernels' / 'kernels_12.mat', {'kernels': kernels})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', torch.backends.cudnn.allow_tf32)  # build_row sets it
+    measure(SimpleNamespace(rows=['usrnet_tiny'], families=['x3_n2.55'], kernels=[3], images=None, batch=1, tol=1e-5,
+                            max_iter=200, device='cpu', data='data', out='k.json', time_limit=None, tf32=False))
+    cell = json.loads((tmp_path / 'k.json').read_text())['cells']['usrnet_tiny|x3_n2.55|k3']
+
+    net = USRNet()
+    net.load_state_dict(torch.load(tmp_path / 'experiments' / 'pretrained_models' / 'usrnet_tiny.pth',
+                                   weights_only=True)['params'])
+    k = kernels[0, 2].astype(np.float64)
+    for name, hr in photos.items():
+        lr = ndimage.convolve(hr, k[..., None], mode='wrap')[0::3, 0::3].astype(np.float32) / np.float32(255)
+        np.random.seed(0)
+        lr += np.random.normal(0, 2.55 / 255, lr.shape)
+        psnr = {}
+        for sigma in (2.55 / 255, 0.0):
+            with torch.no_grad():
+                sr = net.eval()(torch.from_numpy(lr).permute(2, 0, 1)[None], torch.from_numpy(k).float()[None, None],
+                                3, sigma)
+            psnr[sigma] = psnr_rgb_uint8((sr.clamp(0, 1) * 255).round().byte()[0].permute(1, 2, 0).numpy(), hr, 9)
+        # the table's run may round a pixel or two to the other uint8 level (seen: 5e-6 dB on one image); the noise
+        # level it is told matters far more than that
+        assert cell['per_image'][name] == pytest.approx(psnr[2.55 / 255], abs=1e-4), name
+        assert abs(psnr[0.0] - psnr[2.55 / 255]) > 1e-2, name
+    assert cell['images'] == 2 and cell['fidelity_max'] == 0.0
+
+
+TABLE_K_IMAGES = 8  # the first CBSD68 images of the x4 / k1 cell (one batch): about 15 s on two idle CPU cores
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not GPU_RECORD.is_file(), reason=f'needs the GPU record {GPU_RECORD.relative_to(REPO_ROOT)} '
+                    '(USRNet-tiny on Table K, per image); absent here')
+def test_usrnet_tiny_reproduces_a_table_k_cell(tmp_path, monkeypatch):
+    """The usrnet_tiny row of scripts/kernel_table.py (its option file, the official weights as fetch_assets.py
+    converts them, the protocol's LR) gives each of the first images of the x4 / k1 cell within 0.01 dB of the GPU
+    record."""
+    from types import SimpleNamespace
+
+    from mcnet_basicsr.evaluation.kernel_table import measure
+    from mcnet_basicsr.zoo.assets import fetch
+    for part in ('datasets/CBSD68', 'kernels/usrnet', 'weights/usrnet_tiny'):
+        shared_path(*part.split('/'))
+    assert fetch(['CBSD68', 'usrnet_kernels', 'usrnet_tiny'], root=tmp_path, mirror=SHARED, log=lambda m: None) == []
+    (tmp_path / 'options').symlink_to(REPO_ROOT / 'options')
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / 'k.json'
+    monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', torch.backends.cudnn.allow_tf32)  # build_row sets it
+    measure(SimpleNamespace(rows=['usrnet_tiny'], families=['x4'], kernels=[1], images=TABLE_K_IMAGES, batch=8,
+                            tol=1e-5, max_iter=200, device='cpu', data='datasets', out=str(out), time_limit=None,
+                            tf32=False))
+    ours = json.loads(out.read_text())['cells']['usrnet_tiny|x4|k1']['per_image']
+    gpu = json.loads(GPU_RECORD.read_text())['cells']['usrnet_tiny|x4|k1']['per_image']
+    assert len(ours) == TABLE_K_IMAGES
+    for name, psnr in ours.items():
+        assert psnr == pytest.approx(gpu[name], abs=0.01), name
