@@ -7,7 +7,7 @@ rows (``mcnet_basicsr.evaluation.kernel_table``).
     python scripts/kernel_table.py --crops results/crops.png --rows imdn mcnet_imdn_kernels --families x4 \
         --image 101085.png --kernels 1                                          # LR, outputs and ground truth
 
-Data: ``python scripts/fetch_assets.py CBSD68 usrnet_kernels imdn pan``.
+Data: ``python scripts/fetch_assets.py CBSD68 usrnet_kernels imdn pan usrnet_tiny``.
 """
 import argparse
 import os
@@ -20,7 +20,7 @@ FAMILIES = ('x2', 'x3', 'x3_n2.55', 'x3_n7.65', 'x4')  # mcnet_basicsr.evaluatio
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--rows', nargs='+', default=[], metavar='ROW',
-                   help='option-file rows: imdn, pan, mcnet_imdn, mcnet_pan, tvtv_imdn, pnp, ... '
+                   help='option-file rows: imdn, pan, mcnet_imdn, mcnet_pan, tvtv_imdn, pnp, usrnet_tiny, ... '
                    '(options/test_<row>_x<s>.yml)')
     p.add_argument('--families', nargs='+', default=list(FAMILIES), choices=FAMILIES)
     p.add_argument('--kernels', nargs='+', type=int, default=list(range(1, 13)), metavar='K', help='1-based, of 12')

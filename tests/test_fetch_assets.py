@@ -283,6 +283,25 @@ def test_from_shared_converts_the_official_srcnn(tmp_path):
     assert not any('converted' in line for line in lines[2:])
 
 
+@pytest.mark.skipif(not (SHARED / 'weights' / 'usrnet_tiny').exists() or
+                    not (SHARED / 'weights' / 'kair_denoisers').exists(),
+                    reason='needs ../shared/weights beside the repository (the local copy --from reads); absent here')
+def test_from_shared_converts_usrnet_tiny_and_ffdnet(tmp_path):
+    """usrnet_tiny and ffdnet_color: the official files are verified, then written as BasicSR checkpoints where the
+    option files read them, each loading strictly into its arch with the upstream tensors unchanged."""
+    import torch
+
+    from mcnet_basicsr.archs.ffdnet_arch import FFDNet
+    from mcnet_basicsr.archs.usrnet_arch import USRNet
+    assert fetch(['usrnet_tiny', 'ffdnet_color'], root=tmp_path, mirror=SHARED, log=lambda msg: None) == []
+    out = tmp_path / 'experiments' / 'pretrained_models'
+    for name, arch in (('usrnet_tiny', USRNet), ('ffdnet_color', FFDNet)):
+        upstream = torch.load(out / 'source' / f'{name}.pth', map_location='cpu', weights_only=False)
+        state = torch.load(out / f'{name}.pth', map_location='cpu', weights_only=True)['params']
+        assert set(state) == set(upstream) and all(torch.equal(state[k], upstream[k]) for k in state), name
+        arch().load_state_dict(state, strict=True)
+
+
 def test_readme_says_where_data_and_weights_come_from():
     """The README's data section names the two commands, every asset of the manifest with its source repository,
     and a CPU-only torch install pinned like the main set-up command."""

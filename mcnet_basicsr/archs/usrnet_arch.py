@@ -95,7 +95,13 @@ class ResUNet(nn.Module):
 
 
 class _HyperNet(nn.Module):
-    """Each iteration's ``alpha_i`` and ``beta_i`` (2 n values, positive) from the noise level and the scale."""
+    """Each iteration's ``alpha_i`` and ``beta_i`` (2 n values, positive) from the noise level and the scale.
+
+    The softplus outputs are raised by ``floor`` (1e-6, as in the official model): the data step divides by
+    ``alpha_i``, and the official weights give noise-free ``alpha_1`` values near 1e-6 (1.4e-6 at x4), so the floor
+    is part of what they were trained with."""
+
+    floor = 1e-6
 
     def __init__(self, n_iter, hidden):
         super().__init__()
@@ -104,7 +110,7 @@ class _HyperNet(nn.Module):
             nn.Conv2d(hidden, 2 * n_iter, 1), nn.Softplus())
 
     def forward(self, x):
-        return self.mlp(x)
+        return self.mlp(x) + self.floor
 
 
 @ARCH_REGISTRY.register()

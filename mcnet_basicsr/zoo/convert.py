@@ -11,6 +11,9 @@ Kinds (``convert_weights(kind, ...)``; ``python scripts/convert_weights.py --typ
     imdn        official IMDN (Zheng222/IMDN, IMDN_x<s>.pth, ``module.`` keys) -> IMDN, written as imdn_x<s>.pth
     pan         official PAN (zhaohengyuan1/PAN, PANx<s>_DF2K.pth) -> PAN, written as pan_x<s>.pth; the scale
                 comes from the file name (x2 and x3 weights have the same shapes)
+    usrnet      official USRNet (cszn/USRNet model zoo, e.g. usrnet_tiny.pth, a bare state dict) -> USRNet; the
+                prior's widths, blocks per level and iterations come from the tensors' shapes
+    ffdnet      KAIR's FFDNet (``model.<i>`` keys, e.g. ffdnet_color.pth, a legacy torch.save) -> FFDNet
 
 Adding a kind is one function ``path -> (state_dict, net, options)`` and one entry in :data:`CONVERTERS`.
 Every converted state dict is loaded into its arch with ``strict=True`` before anything is written; nothing
@@ -25,10 +28,12 @@ from pathlib import Path
 import torch
 from basicsr.archs.rcan_arch import RCAN
 
+from mcnet_basicsr.archs.ffdnet_arch import FFDNet
 from mcnet_basicsr.archs.imdn_arch import IMDN
 from mcnet_basicsr.archs.pan_arch import PAN
 from mcnet_basicsr.archs.rdn_arch import RDN, convert_rdn_state_dict
 from mcnet_basicsr.archs.srcnn_arch import SRCNN, convert_srcnn_mat, srcnn_options_from_state_dict
+from mcnet_basicsr.archs.usrnet_arch import USRNet
 from mcnet_basicsr.utils.checkpoint import CheckpointError, load_state_dict, strip_key_prefix
 
 SRCNN_KEYS = {f'conv{i}.{p}' for i in (1, 2, 3) for p in ('weight', 'bias')}
@@ -232,8 +237,32 @@ def convert_pan_file(path):
     return {k: v.float().contiguous() for k, v in state_dict.items()}, PAN(**options), options
 
 
+def convert_usrnet_file(path):
+    state_dict = read_state_dict(path)
+    num_block = len(_indices(state_dict, r'^p\.m_body\.(\d+)\.'))  # m_down<i>: the blocks, then the strided conv
+    try:
+        channels = (state_dict['p.m_head.weight'].shape[0],) + tuple(
+            state_dict[f'p.m_down{i}.{num_block}.weight'].shape[0] for i in (1, 2, 3))
+        options = dict(n_iter=state_dict['h.mlp.4.weight'].shape[0] // 2, in_ch=state_dict['p.m_tail.weight'].shape[0],
+                       channels=channels, num_block=num_block, hidden=state_dict['h.mlp.0.weight'].shape[0])
+    except KeyError as err:
+        raise ConversionError(f'{path}: not a USRNet state dict ({err} missing).') from err
+    return {k: v.float().contiguous() for k, v in state_dict.items()}, USRNet(**options), options
+
+
+def convert_ffdnet_file(path):
+    state_dict = read_state_dict(path, allow_pickle=True)  # KAIR's releases are legacy torch.save files
+    convs = sorted(_indices(state_dict, r'^model\.(\d+)\.weight$'))
+    if not convs:
+        raise ConversionError(f'{path}: not an FFDNet state dict (no model.<i>.weight keys).')
+    first = state_dict[f'model.{convs[0]}.weight']
+    options = dict(in_ch=(first.shape[1] - 1) // 4, num_feat=first.shape[0], num_layer=len(convs))
+    return {k: v.float().contiguous() for k, v in state_dict.items()}, FFDNet(**options), options
+
+
 CONVERTERS = {'srcnn_mat': convert_srcnn_mat_file, 'srcnn_pth': convert_srcnn_pth_file, 'rdn': convert_rdn_file,
-              'rcan': convert_rcan_file, 'imdn': convert_imdn_file, 'pan': convert_pan_file}
+              'rcan': convert_rcan_file, 'imdn': convert_imdn_file, 'pan': convert_pan_file,
+              'usrnet': convert_usrnet_file, 'ffdnet': convert_ffdnet_file}
 
 
 def output_name(kind, path):
