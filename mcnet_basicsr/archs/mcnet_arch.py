@@ -7,23 +7,19 @@ import torch
 from torch import nn
 
 from mcnet_basicsr.deq import BackwardStatsHolder, implicit_fixed_point, solve
-from mcnet_basicsr.ops import (OPERATOR_REGISTRY, build_operator, eps_from_rms, fold_channels, imresize, noisy_radius,
-                               repeat_samples, unfold_channels)
-from mcnet_basicsr.utils.checkpoint import encode_record, load_network, saved_record, split_record
-from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
+from mcnet_basicsr.ops import imresize
+from mcnet_basicsr.utils.checkpoint import load_network
+from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.precision import tf32
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY, build_network
-from mcnet_basicsr.utils.tiling import apply_tiled, mcnet_tile_overlaps, needs_tiling
+from mcnet_basicsr.utils.tiling import apply_tiled, backbone_tile_overlap, needs_tiling
 from .backbone_presets_arch import resolve_backbone
 from .dncnn_arch import DnCNN, load_dncnn
+from .layer_core import ADMMLayer, check_lr, eps_repr
+from .layer_records import LayerRecordMixin, keep_own_start
 from .layer_settings import LayerSettings
 from .learned_start_arch import build_start_network, load_start_network
 
-_RECORD_BYTES = 32  # length of the backbone-and-scale record saved with a layer
-_CHANNELS = ('y', 'rgb')
-# norm of the Y row of BT.601 (rgb_to_ycbcr): Gaussian noise of std sigma on each of R, G, B is noise of std
-# sigma * _LUMA_NOISE on Y
-_LUMA_NOISE = ((65.481**2 + 128.553**2 + 24.966**2)**0.5) / 255.0
 # the keys of the grouped options (what each group may hold besides, for the denoiser and the start, the network's
 # own options)
 BACKBONE_KEYS = ('net', 'path', 'param_key', 'input', 'channels')
@@ -64,20 +60,6 @@ def check_backbone_options(backbone_input, backbone_channels):
         raise ValueError(f"backbone input must be 'lr' or 'upsampled', got {backbone_input!r}.")
     if backbone_channels not in (1, 3):
         raise ValueError(f'backbone channels must be 1 or 3, got {backbone_channels!r}.')
-
-
-def eps_repr(eps, eps_rms):
-    """The radius setting as ``extra_repr`` shows it: ``eps_rms=...`` or ``eps=...`` (0 when neither is set)."""
-    return f'eps_rms={eps_rms}' if eps_rms is not None else f'eps={eps or 0.0}'
-
-
-def check_eps_options(eps, eps_rms):
-    """Validate the consistency radius options (``eps`` or ``eps_rms``) shared with the baselines."""
-    if eps is not None and eps_rms is not None:
-        raise ValueError(f'Give either eps or eps_rms, not both (got eps={eps!r}, eps_rms={eps_rms!r}).')
-    for name, value in (('eps', eps), ('eps_rms', eps_rms)):
-        if value is not None and value < 0:
-            raise ValueError(f'{name} must be >= 0, got {value}.')
 
 
 def _path_group(name, options):
@@ -138,6 +120,34 @@ class FrozenBackboneMixin:
         self.backbone_input = backbone_input
         self.backbone_channels = backbone_channels
 
+    @torch.no_grad()
+    def run_backbone(self, lr):
+        """Backbone estimate at HR size: (Y, CbCr or None) from LR in [0, 1].
+
+        The backbone sees the LR clipped to [0, 1], the range of the images it was trained on (noisy float LR goes
+        beyond it, and some networks, PAN among them, answer values outside it with outputs far outside it); the
+        layer's measurement ``b`` is the LR as given."""
+        lr = lr.clamp(0, 1)
+        rgb = lr.shape[1] == 3
+        if rgb and self.backbone_channels == 1:
+            ycbcr_lr = rgb_to_ycbcr(lr)
+            net_in = ycbcr_lr[:, :1]
+        else:
+            net_in = lr
+        if self.backbone_input == 'upsampled':
+            net_in = imresize(net_in, self.scale)
+        dtype = self.backbone_dtype
+        with torch.autocast(lr.device.type, dtype=dtype or torch.float32,
+                            enabled=dtype is not None and lr.device.type == 'cuda'):
+            out = self.backbone(net_in)
+        out = out.to(lr.dtype)
+        if not rgb:
+            return out, None
+        if self.backbone_channels == 1:
+            return out, imresize(ycbcr_lr[:, 1:], self.scale)
+        ycbcr = rgb_to_ycbcr(out)
+        return ycbcr[:, :1], ycbcr[:, 1:]
+
     @property
     def backbone(self):
         return self._backbone.module
@@ -148,18 +158,8 @@ class FrozenBackboneMixin:
         return self
 
 
-def _keep_own_start(arch, incompatible):
-    """A layer checkpoint without any of the start's entries loads strictly and leaves the start as it is (from
-    ``start: {path}``, or the identity); one with some of them only is still refused."""
-    names = [f'start.{k}' for k in arch.start.state_dict()]
-    missing = [k for k in incompatible.missing_keys if any(k == n or k.endswith('.' + n) for n in names)]
-    if len(missing) == len(names):
-        for k in missing:
-            incompatible.missing_keys.remove(k)
-
-
 @ARCH_REGISTRY.register()
-class MCNetArch(FrozenBackboneMixin, nn.Module):
+class MCNetArch(FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
     """MCNet: a frozen SR backbone followed by a measurement-consistent implicit layer.
 
     Given LR ``b`` and the backbone's estimate ``w`` (Y channel), the layer returns the fixed
@@ -246,25 +246,13 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                  denoiser=None,
                  start=None,
                  settings=None):
-        super().__init__()
-        check_eps_options(eps, eps_rms)
-        if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not rho > 0:
-            raise ValueError(f'rho must be a number > 0, got {rho!r}.')
-        if channels not in _CHANNELS:
-            raise ValueError(f'channels must be one of {_CHANNELS}, got {channels!r}.')
+        super().__init__(operator, channels, eps, eps_rms, rho)
         beta_init, learn_beta, noise_beta = _beta_group(beta)
         denoiser, denoiser_path = _path_group('denoiser', denoiser)
         has_start = start is not None
         start, start_path = _path_group('start', start)
         self._settings = LayerSettings.from_options(settings)
-        self.channels = channels
-        self.operator = build_operator(dict(operator))
-        self.scale = self.operator.scale
         self._init_backbone(backbone, self.scale, owner='MCNetArch')
-
-        self.eps = eps
-        self.eps_rms = eps_rms
-        self.rho = float(rho)
         self.log_beta = nn.Parameter(torch.tensor(math.log(beta_init)), requires_grad=learn_beta)
         self.log_beta_slope = nn.Parameter(torch.zeros(()), requires_grad=learn_beta) if noise_beta else None
 
@@ -281,7 +269,7 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         if start_path is not None:
             load_start_network(self.start, start_path)
         if self.start is not None:
-            self.register_load_state_dict_post_hook(_keep_own_start)
+            self.register_load_state_dict_post_hook(keep_own_start)
 
     # ------------------------------------------------------------------ settings
     def __setattr__(self, name, value):
@@ -344,92 +332,6 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                 f'{eps_repr(self.eps, self.eps_rms)}, rho={self.rho}, '
                 f'backbone={type(self.backbone).__name__} (frozen, not in state_dict)')
 
-    # ------------------------------------------------------------------ pieces
-    def consistency_radius(self, b, noise_sigma=None):
-        """Per-sample eps for LR measurements ``b`` (N, C, h, w) carrying noise of std ``noise_sigma`` per value
-        (None: none; a float or an (N,) tensor)."""
-        eps = eps_from_rms(self.eps_rms, b[0].numel()) if self.eps_rms is not None else float(self.eps or 0.0)
-        return noisy_radius(eps, noise_sigma, b[0].numel())
-
-    def measurement_operator(self, operator=None):
-        """The operator of a call: this layer's, or ``operator`` (an operator or its options) at this layer's scale."""
-        if operator is None:
-            return self.operator
-        if hasattr(operator, 'keys'):
-            operator = build_operator(operator)
-        if getattr(operator, 'scale', None) != self.scale:
-            raise ValueError(f'The operator of this batch downscales by {getattr(operator, "scale", None)!r}; this '
-                             f'layer is for x{self.scale}.')
-        return operator
-
-    @torch.no_grad()
-    def run_backbone(self, lr):
-        """Backbone estimate at HR size: (Y, CbCr or None) from LR in [0, 1].
-
-        The backbone sees the LR clipped to [0, 1], the range of the images it was trained on (noisy float LR goes
-        beyond it, and some networks, PAN among them, answer values outside it with outputs far outside it); the
-        layer's measurement ``b`` is the LR as given."""
-        lr = lr.clamp(0, 1)
-        rgb = lr.shape[1] == 3
-        if rgb and self.backbone_channels == 1:
-            ycbcr_lr = rgb_to_ycbcr(lr)
-            net_in = ycbcr_lr[:, :1]
-        else:
-            net_in = lr
-        if self.backbone_input == 'upsampled':
-            net_in = imresize(net_in, self.scale)
-        dtype = self.backbone_dtype
-        with torch.autocast(lr.device.type, dtype=dtype or torch.float32,
-                            enabled=dtype is not None and lr.device.type == 'cuda'):
-            out = self.backbone(net_in)
-        out = out.to(lr.dtype)
-        if not rgb:
-            return out, None
-        if self.backbone_channels == 1:
-            return out, imresize(ycbcr_lr[:, 1:], self.scale)
-        ycbcr = rgb_to_ycbcr(out)
-        return ycbcr[:, :1], ycbcr[:, 1:]
-
-    # ------------------------------------------------------------------ checkpoints
-    def trained_for(self):
-        """What a saved layer records of the backbone and scale it belongs to, e.g. 'IMDN x4'."""
-        return f'{type(self.backbone).__name__} x{self.scale}'
-
-    def operator_name(self):
-        """The registered type of this layer's operator, e.g. 'bicubic' (what a saved layer records it was trained
-        for)."""
-        return next((name for name in OPERATOR_REGISTRY if OPERATOR_REGISTRY.get(name) is type(self.operator)),
-                    type(self.operator).__name__)
-
-    def get_extra_state(self):
-        # read back by utils.checkpoint.saved_record and split_record
-        return encode_record(f'{self.trained_for()} {self.operator_name()}', _RECORD_BYTES)
-
-    def set_extra_state(self, state):
-        trained, operator = split_record(saved_record({'_extra_state': state}))
-        if trained != self.trained_for():
-            raise ValueError(f'This MCNet layer was trained on {trained}; it is being loaded on {self.trained_for()}. '
-                             'A layer learns the errors of one backbone at one scale: use the layer trained for '
-                             'this backbone and scale.')
-        operator = operator or 'bicubic'  # layers saved before the record named the operator were all trained on it
-        if operator != self.operator_name():
-            from basicsr.utils import get_root_logger  # basicsr's log (importing basicsr registers our types)
-            get_root_logger().info(f'This MCNet layer was trained for LR made by {operator!r}; it now serves the '
-                                   f'operator {self.operator!r}: the same prior on another measurement model.')
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                                      error_msgs)
-        # layers saved before the record existed load unchecked; a layer without a noise slope is one with slope 0
-        for key in ('_extra_state', 'log_beta_slope'):
-            if prefix + key in missing_keys:
-                missing_keys.remove(prefix + key)
-
-    def tile_overlaps(self):
-        """Overlaps in LR pixels (backbone, denoiser) of exact tiles (see ``LayerSettings.tile``)."""
-        return mcnet_tile_overlaps(self.scale, self.backbone, self.backbone_input, self.denoiser)
-
     def backbone_estimate(self, lr, settings=None):
         """:meth:`run_backbone` under the settings in force (or this call's ``settings``, as :meth:`run` takes them):
         on ``tile`` x ``tile`` LR tiles when the image is larger, under ``allow_tf32``."""
@@ -437,14 +339,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
             tile = s.tile
             if not needs_tiling(lr, tile):
                 return self.run_backbone(lr)
-            return apply_tiled(self.run_backbone, lr, tile, self.tile_overlaps()[0], out_scale=self.scale)
-
-    def denoise(self, x, tile=None):
-        """The denoiser on ``x`` (HR), on tiles of ``tile`` LR pixels when ``x`` is larger."""
-        s = self.scale
-        if tile is None or not needs_tiling(x, tile * s):
-            return self.denoiser(x)
-        return apply_tiled(self.denoiser, x, tile * s, self.tile_overlaps()[1] * s)
+            return apply_tiled(self.run_backbone, lr, tile,
+                               backbone_tile_overlap(self.scale, self.backbone, self.backbone_input),
+                               out_scale=self.scale)
 
     def start_guess(self, x0, tile=None):
         """The learned start's guess of the fixed point from ``x0 = P_S(w)`` (HR; before projection), on tiles of
@@ -457,30 +354,6 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
     def start_point(self, x0, b, eps, tile=None, operator=None):
         """The learned start's guess from ``x0 = P_S(w)``, projected onto S: where a solve begins."""
         return self.measurement_operator(operator).project(self.start_guess(x0, tile), b, eps)
-
-    def optional_state_keys(self):
-        """Entries of ``state_dict()`` a checkpoint may lack: the saved record, the noise slope of beta (a layer saved
-        without one has slope 0), and the start's weights (a layer saved without a start keeps the one this arch was
-        built with)."""
-        optional = ('_extra_state', 'log_beta_slope')
-        return [k for k in self.state_dict() if k.endswith(optional) or k.startswith('start.')]
-
-    def fixed_point_map(self, w, b, eps, tile=None, operator=None, beta=None):
-        """F(z) for z = (x, lam) stacked on channels; closes over w, b, the parameters, the operator (default: the
-        layer's) and ``beta`` (a scalar or one per sample; default: the layer's without noise)."""
-        beta, rho, c = self.beta if beta is None else beta, self.rho, w.shape[1]
-        project = self.measurement_operator(operator).project
-
-        def f(z):
-            x, lam = z[:, :c], z[:, c:]
-            u = self.denoise(x + lam, tile)
-            x_new = project((beta * w + rho * (u - lam)) / (beta + rho), b, eps)
-            return torch.cat([x_new, lam + x_new - u], dim=1)
-
-        # eps > 0: the projection finds its multiplier with host-side Newton steps, which a CUDA
-        # graph cannot capture; eps = 0 (a python 0) is pure device work.
-        f.capturable = not torch.is_tensor(eps) and eps == 0
-        return f
 
     def fixed_point_problem(self, w, b, tile=None, x0=None, operator=None, noise_sigma=None):
         """(F, z0, eps) of one solve: the map on ``z = (x, lam)``, its start ``(x0, 0)`` and the radius.
@@ -533,65 +406,11 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         beta = (self.beta if beta is None else beta).detach()
         return torch.lerp(z, fz, (self._settings.extrapolation * (beta + self.rho) / beta).to(z))
 
-    def consistent_output(self, x, b, eps, operator=None):
-        """The layer's output from the image part ``x`` of ``F(z)``: ``x`` projected once more in float64.
-
-        F already ended with P_S, but float32 rounding of that projection leaves ``||Ax - b||`` at ~1e-4 on a
-        256x256 LR image; projecting once more in float64 (with ``b`` at full precision) brings it to rounding of
-        the output itself (~1e-6). ``x`` is in S already, so this changes neither value nor gradient beyond rounding.
-        """
-        if x.dtype == torch.float64:
-            return x
-        return self.measurement_operator(operator).project(x.double(), b.double(), eps).to(x.dtype)
-
-    def forward(self, lr, operator=None, noise_sigma=None, info=None):
-        """The layer's output for LR ``lr`` (see the class); ``info``: a dict to receive what :meth:`run` returns
-        with the output."""
-        x, solved = self.run(lr, operator, noise_sigma)
-        if info is not None:
-            info.update(solved)
-        return x
-
     def run(self, lr, operator=None, noise_sigma=None, settings=None):
         """``(output, info)``: :meth:`forward`'s output and what its solve did (``info`` as :meth:`solve` returns
         it), under the settings in force or this call's ``settings`` (changes as a dict, or a LayerSettings)."""
-        if lr.dim() != 4 or lr.shape[1] not in (1, 3):
-            raise ValueError(f'MCNetArch expects LR images (N, 1 or 3, h, w); got shape {tuple(lr.shape)}.')
+        check_lr('MCNetArch', lr)
         operator = self.measurement_operator(operator)
-        infos = []
-
-        def solve_one(w_, b, op, sigma):
-            x, info = self.solve(w_, b, op, sigma)
-            infos.append(info)
-            return x
-
         with self._call_settings(settings):
             w, cbcr = self.backbone_estimate(lr)
-            x = self.solve_measured(solve_one, w, cbcr, lr, operator, noise_sigma)
-        return x, infos[0]
-
-    def solve_measured(self, solve, w, cbcr, lr, operator, noise_sigma):
-        """``solve(w, b, operator, noise_sigma)`` on what ``channels`` makes consistent, as an image like ``lr``.
-
-        ``w``, ``cbcr``: the estimate as :meth:`run_backbone` gives it (Y and chroma, or one channel and None).
-        ``channels: rgb`` (with RGB input): one problem per channel of the RGB estimate, the operator's samples
-        repeated for the channels; else on Y (the noise of Y being ``sigma * 0.574`` for noise ``sigma`` on each of
-        R, G, B) with the chroma of ``cbcr``.
-        """
-        if self.channels == 'rgb' and cbcr is not None:
-            c = lr.shape[1]
-            if torch.is_tensor(noise_sigma) and noise_sigma.dim() == 1:
-                noise_sigma = noise_sigma.repeat_interleave(c)
-            x = solve(fold_channels(self._image(w, cbcr)), fold_channels(lr.double()), repeat_samples(operator, c),
-                      noise_sigma)
-            return unfold_channels(x, c).to(lr.dtype)
-        if noise_sigma is not None and lr.shape[1] == 3:
-            noise_sigma = noise_sigma * _LUMA_NOISE
-        return self._image(solve(w, luma(lr.double()), operator, noise_sigma).to(lr.dtype), cbcr)
-
-    @staticmethod
-    def _image(x, cbcr):
-        """The layer's output from its Y ``x`` and the backbone's ``cbcr`` (None for one-channel input)."""
-        if cbcr is None:
-            return x
-        return ycbcr_to_rgb(torch.cat([x, cbcr], dim=1))
+            return self.solve_channels(w, cbcr, lr, operator, noise_sigma)
