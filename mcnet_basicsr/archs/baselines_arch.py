@@ -17,9 +17,10 @@ from mcnet_basicsr.ops import imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 from .dncnn_arch import DnCNN, load_dncnn
+from .frozen_backbone import FrozenBackbone, FrozenBackboneMixin
 from .layer_core import ADMMLayer, ConsistentLayer, check_lr, eps_repr
 from .layer_settings import BACKBONE_DTYPES, check_backbone_dtype
-from .mcnet_arch import FrozenBackboneMixin, _path_group
+from .mcnet_arch import _path_group
 
 _TV_KINDS = ('anisotropic', 'isotropic')
 
@@ -291,7 +292,7 @@ class TVTV(FrozenBackboneMixin, ConsistentLayer):
         if not beta >= 0:
             raise ValueError(f'beta must be >= 0, got {beta}.')
         check_backbone_dtype(backbone_dtype)
-        self._init_backbone(backbone, self.scale, owner='TVTV')
+        self.frozen = FrozenBackbone.from_options(backbone, self.scale, owner='TVTV')
         self.backbone_dtype = BACKBONE_DTYPES[backbone_dtype]
         self.beta, self.iterations, self.tv = float(beta), iterations, tv
 

@@ -1,65 +1,25 @@
 import dataclasses
 import math
 from contextlib import contextmanager
-from copy import deepcopy
 
 import torch
 from torch import nn
 
 from mcnet_basicsr.deq import BackwardStatsHolder, implicit_fixed_point, solve
-from mcnet_basicsr.ops import imresize
-from mcnet_basicsr.utils.checkpoint import load_network
-from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.precision import tf32
-from mcnet_basicsr.utils.registration import ARCH_REGISTRY, build_network
-from mcnet_basicsr.utils.tiling import apply_tiled, backbone_tile_overlap, needs_tiling
-from .backbone_presets_arch import resolve_backbone
+from mcnet_basicsr.utils.registration import ARCH_REGISTRY
+from mcnet_basicsr.utils.tiling import apply_tiled, needs_tiling
 from .dncnn_arch import DnCNN, load_dncnn
+from .frozen_backbone import FrozenBackbone, FrozenBackboneMixin
 from .layer_core import ADMMLayer, check_lr, eps_repr
 from .layer_records import LayerRecordMixin, keep_own_start
 from .layer_settings import LayerSettings
 from .learned_start_arch import build_start_network, load_start_network
 
-# the keys of the grouped options (what each group may hold besides, for the denoiser and the start, the network's
-# own options)
-BACKBONE_KEYS = ('net', 'path', 'param_key', 'input', 'channels')
+# the keys of the ``beta`` option
 BETA_KEYS = ('init', 'learn', 'noise')
 # names an assignment to the layer must not take: they are settings (LayerSettings), in force through net.settings
 _SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(LayerSettings)) | {'solver'}
-
-
-class _Frozen:
-    """Holds a module outside the parent's module tree.
-
-    The frozen backbone must not appear in ``parameters()`` (the optimizer, DDP and EMA would
-    see it) nor in ``state_dict()`` (checkpoints store only what MCNet learns; the backbone is
-    loaded from its own path). MCNetArch forwards device/dtype moves to it in ``_apply``.
-    """
-
-    def __init__(self, module):
-        self.module = module
-
-
-def backbone_group(backbone):
-    """The ``backbone`` option as a dict of :data:`BACKBONE_KEYS`: a preset name or network options (a dict with
-    ``type``) stand for ``{net: that}``. Unknown keys, or a missing ``net``: ValueError."""
-    if isinstance(backbone, str) or (isinstance(backbone, dict) and 'type' in backbone):
-        return {'net': backbone}
-    if not isinstance(backbone, dict) or 'net' not in backbone:
-        raise ValueError(f'backbone must be a preset name, network_g-style options or {{net: ..., path: ...}} '
-                         f'(keys {list(BACKBONE_KEYS)}), got {backbone!r}.')
-    unknown = [k for k in backbone if k not in BACKBONE_KEYS]
-    if unknown:
-        raise ValueError(f'Unknown backbone option(s) {unknown}; allowed are {list(BACKBONE_KEYS)}.')
-    return dict(backbone)
-
-
-def check_backbone_options(backbone_input, backbone_channels):
-    """Validate how a backbone is fed (shared by MCNetArch and the TVTV baseline)."""
-    if backbone_input not in ('lr', 'upsampled'):
-        raise ValueError(f"backbone input must be 'lr' or 'upsampled', got {backbone_input!r}.")
-    if backbone_channels not in (1, 3):
-        raise ValueError(f'backbone channels must be 1 or 3, got {backbone_channels!r}.')
 
 
 def _path_group(name, options):
@@ -86,76 +46,6 @@ def _beta_group(beta):
         if not isinstance(value, bool):
             raise ValueError(f'beta {key} must be true or false, got {value!r}.')
     return float(init), learn, noise
-
-
-def build_frozen_backbone(backbone, backbone_path=None, param_key='params', owner='MCNetArch'):
-    """Build a backbone from ``network_g``-style options, load it, freeze it (eval, no grad): a :class:`_Frozen`."""
-    net = build_network(deepcopy(backbone))
-    if backbone_path is not None:
-        load_network(net, backbone_path, param_key)
-    else:
-        from basicsr.utils import get_root_logger  # basicsr's log (importing basicsr registers our types)
-        get_root_logger().warning(f'{owner}: no backbone path given; the backbone keeps its initial weights.')
-    net.eval()
-    for p in net.parameters():
-        p.requires_grad_(False)
-    return _Frozen(net)
-
-
-class FrozenBackboneMixin:
-    """For modules holding a frozen backbone in ``self._backbone`` (a :class:`_Frozen`).
-
-    Exposes it as ``backbone`` and forwards device/dtype moves (``.to``, ``.cuda``, ``.double``)
-    to it, which nn.Module would not do for a module outside its tree.
-    """
-
-    def _init_backbone(self, backbone, scale, owner):
-        """Resolve the ``backbone`` option (:func:`backbone_group`; a preset name at ``scale``), check how it is fed,
-        build and freeze it, keep how it is fed."""
-        group = backbone_group(backbone)
-        net, backbone_input, backbone_channels = resolve_backbone(group['net'], scale, group.get('input'),
-                                                                  group.get('channels'))
-        check_backbone_options(backbone_input, backbone_channels)
-        self._backbone = build_frozen_backbone(net, group.get('path'), group.get('param_key', 'params'), owner=owner)
-        self.backbone_input = backbone_input
-        self.backbone_channels = backbone_channels
-
-    @torch.no_grad()
-    def run_backbone(self, lr):
-        """Backbone estimate at HR size: (Y, CbCr or None) from LR in [0, 1].
-
-        The backbone sees the LR clipped to [0, 1], the range of the images it was trained on (noisy float LR goes
-        beyond it, and some networks, PAN among them, answer values outside it with outputs far outside it); the
-        layer's measurement ``b`` is the LR as given."""
-        lr = lr.clamp(0, 1)
-        rgb = lr.shape[1] == 3
-        if rgb and self.backbone_channels == 1:
-            ycbcr_lr = rgb_to_ycbcr(lr)
-            net_in = ycbcr_lr[:, :1]
-        else:
-            net_in = lr
-        if self.backbone_input == 'upsampled':
-            net_in = imresize(net_in, self.scale)
-        dtype = self.backbone_dtype
-        with torch.autocast(lr.device.type, dtype=dtype or torch.float32,
-                            enabled=dtype is not None and lr.device.type == 'cuda'):
-            out = self.backbone(net_in)
-        out = out.to(lr.dtype)
-        if not rgb:
-            return out, None
-        if self.backbone_channels == 1:
-            return out, imresize(ycbcr_lr[:, 1:], self.scale)
-        ycbcr = rgb_to_ycbcr(out)
-        return ycbcr[:, :1], ycbcr[:, 1:]
-
-    @property
-    def backbone(self):
-        return self._backbone.module
-
-    def _apply(self, fn, *args, **kwargs):
-        super()._apply(fn, *args, **kwargs)
-        self._backbone.module._apply(fn, *args, **kwargs)
-        return self
 
 
 @ARCH_REGISTRY.register()
@@ -252,7 +142,7 @@ class MCNetArch(FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
         has_start = start is not None
         start, start_path = _path_group('start', start)
         self._settings = LayerSettings.from_options(settings)
-        self._init_backbone(backbone, self.scale, owner='MCNetArch')
+        self.frozen = FrozenBackbone.from_options(backbone, self.scale, owner='MCNetArch')
         self.log_beta = nn.Parameter(torch.tensor(math.log(beta_init)), requires_grad=learn_beta)
         self.log_beta_slope = nn.Parameter(torch.zeros(()), requires_grad=learn_beta) if noise_beta else None
 
@@ -336,12 +226,7 @@ class MCNetArch(FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
         """:meth:`run_backbone` under the settings in force (or this call's ``settings``, as :meth:`run` takes them):
         on ``tile`` x ``tile`` LR tiles when the image is larger, under ``allow_tf32``."""
         with self._call_settings(settings) as s, tf32(s.allow_tf32):
-            tile = s.tile
-            if not needs_tiling(lr, tile):
-                return self.run_backbone(lr)
-            return apply_tiled(self.run_backbone, lr, tile,
-                               backbone_tile_overlap(self.scale, self.backbone, self.backbone_input),
-                               out_scale=self.scale)
+            return self.frozen.estimate(lr, s.autocast_dtype, s.tile)
 
     def start_guess(self, x0, tile=None):
         """The learned start's guess of the fixed point from ``x0 = P_S(w)`` (HR; before projection), on tiles of
