@@ -35,3 +35,13 @@ def test_the_check_sees_a_borrowed_method():
     tree = ast.parse('class A:\n    def f(self): pass\nclass B:\n    f = A.f\n    g = staticmethod(A.f)\n')
     b = tree.body[1]
     assert all(_borrowed(stmt.value, {'A'}) for stmt in b.body)
+
+
+def test_mcnet_arch_stays_small():
+    """MCNetArch is the network: tiling, precision and colour live in the frozen backbone, the measurement in the
+    layer core, checkpoint records and settings in their mixins."""
+    path = PACKAGE / 'archs' / 'mcnet_arch.py'
+    cls = next(node for node in ast.parse(path.read_text()).body
+               if isinstance(node, ast.ClassDef) and node.name == 'MCNetArch')
+    lines = cls.end_lineno - cls.lineno + 1
+    assert lines <= 200, f'MCNetArch has {lines} lines'

@@ -102,7 +102,8 @@ class PnPADMM(ADMMLayer):
         channels (str): 'y' or 'rgb' (each channel consistent, one solve per channel), as for MCNetArch.
             Default: 'y'.
 
-    ``forward(lr, operator=None, noise_sigma=None, info=None)`` takes the measurement of a batch as MCNetArch's does.
+    ``forward(lr, operator=None, noise_sigma=None)`` (the image) and ``run`` take the measurement of a batch as
+    MCNetArch's do.
     """
 
     beta = 0.0  # the ADMM map of ADMMLayer with beta = 0
@@ -271,7 +272,8 @@ class TVTV(FrozenBackboneMixin, ConsistentLayer):
         channels (str): 'y' or 'rgb' (each channel consistent, one solve per channel), as for MCNetArch.
             Default: 'y'.
 
-    ``forward(lr, operator=None, noise_sigma=None, info=None)`` takes the measurement of a batch as MCNetArch's does.
+    ``forward(lr, operator=None, noise_sigma=None)`` (the image) and ``run`` take the measurement of a batch as
+    MCNetArch's do.
     """
 
     def __init__(self,

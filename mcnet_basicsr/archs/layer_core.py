@@ -68,13 +68,10 @@ class ConsistentLayer(nn.Module):
         self.scale = self.operator.scale
         self.channels, self.eps, self.eps_rms, self.rho = channels, eps, eps_rms, float(rho)
 
-    def forward(self, lr, operator=None, noise_sigma=None, info=None):
+    def forward(self, lr, operator=None, noise_sigma=None):
         """The output for LR ``lr`` measured by ``operator`` (default: the layer's) with noise of std ``noise_sigma``
-        per LR value; ``info``: a dict to receive what :meth:`run` returns with the output."""
-        x, solved = self.run(lr, operator, noise_sigma)
-        if info is not None:
-            info.update(solved)
-        return x
+        per LR value: the image of :meth:`run`."""
+        return self.run(lr, operator, noise_sigma)[0]
 
     def consistency_radius(self, b, noise_sigma=None):
         """Per-sample eps for LR measurements ``b`` (N, C, h, w) carrying noise of std ``noise_sigma`` per value

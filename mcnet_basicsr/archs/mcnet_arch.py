@@ -1,6 +1,4 @@
-import dataclasses
 import math
-from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -13,13 +11,11 @@ from .dncnn_arch import DnCNN, load_dncnn
 from .frozen_backbone import FrozenBackbone, FrozenBackboneMixin
 from .layer_core import ADMMLayer, check_lr, eps_repr
 from .layer_records import LayerRecordMixin, keep_own_start
-from .layer_settings import LayerSettings
+from .layer_settings import LayerSettings, SettingsMixin
 from .learned_start_arch import build_start_network, load_start_network
 
 # the keys of the ``beta`` option
 BETA_KEYS = ('init', 'learn', 'noise')
-# names an assignment to the layer must not take: they are settings (LayerSettings), in force through net.settings
-_SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(LayerSettings)) | {'solver'}
 
 
 def _path_group(name, options):
@@ -49,7 +45,7 @@ def _beta_group(beta):
 
 
 @ARCH_REGISTRY.register()
-class MCNetArch(FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
+class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
     """MCNet: a frozen SR backbone followed by a measurement-consistent implicit layer.
 
     Given LR ``b`` and the backbone's estimate ``w`` (Y channel), the layer returns the fixed
@@ -70,16 +66,15 @@ class MCNetArch(FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
     channel (the same denoiser on each; the backbone's RGB estimate is w). One-channel input is treated as Y
     throughout and the output is Y.
 
-    ``forward(lr, operator=None, noise_sigma=None, info=None)`` returns the image (what BasicSR calls); it also takes
-    the measurement of this batch where it differs from the constructor's: ``operator`` an operator object or
-    options (same scale; e.g. the blur kernel that made this LR, one kernel per sample, or a
-    :class:`~mcnet_basicsr.ops.StackedOperator`), ``noise_sigma`` the standard deviation of Gaussian noise on each
-    LR value (a float or a per-sample (N,) tensor, images in [0, 1]), which widens the ball to
-    ``sqrt(eps^2 + sigma^2 m)`` (:func:`~mcnet_basicsr.ops.noisy_radius`; m values per channel, and on Y the noise
-    of Y, ``sigma * 0.574``). What the solve did comes back from :meth:`run` (``(x, info)``), or into a dict the
-    caller gives as ``info`` (through wrappers such as DDP, which call ``forward``); ``info`` holds ``forward``
+    ``forward(lr, operator=None, noise_sigma=None)`` returns the image (what BasicSR calls);
+    ``run(lr, operator=None, noise_sigma=None, settings=None)`` returns ``(image, info)``, ``info`` holding ``forward``
     (:class:`~mcnet_basicsr.deq.SolverStats`), ``backward`` (:class:`~mcnet_basicsr.deq.BackwardStatsHolder`, filled
-    when the implicit backward runs) and ``eps`` (the radius used).
+    when the implicit backward runs) and ``eps`` (the radius used). Both take the measurement of this batch where it
+    differs from the constructor's: ``operator`` an operator object or options (same scale; e.g. the blur kernel that
+    made this LR, one kernel per sample, or a :class:`~mcnet_basicsr.ops.StackedOperator`), ``noise_sigma`` the
+    standard deviation of Gaussian noise on each LR value (a float or a per-sample (N,) tensor, images in [0, 1]),
+    which widens the ball to ``sqrt(eps^2 + sigma^2 m)`` (:func:`~mcnet_basicsr.ops.noisy_radius`; m values per
+    channel, and on Y the noise of Y, ``sigma * 0.574``).
 
     How the layer runs (tiles, precision, extrapolation, solvers, an observer) is a
     :class:`~mcnet_basicsr.archs.layer_settings.LayerSettings`: the ``settings`` option, changed for one call
@@ -87,14 +82,9 @@ class MCNetArch(FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
     restored on exit); :attr:`layer_settings` is the one in force.
 
     Args:
-        backbone (str | dict): The frozen SR network and how it is fed: ``{net, path, param_key, input, channels}``.
-            ``net``: the name of a shipped configuration, built at the operator's scale ('srcnn', 'rcan_compact',
-            'rdn_compact', 'imdn', 'pan'; see ``mcnet_basicsr/archs/backbone_presets_arch.py``), or BasicSR
-            ``network_g``-style options of any registered arch (``{type: RCAN, num_feat: 64, ..., upscale: 2}``).
-            ``path``: its checkpoint (default: random weights); ``param_key``: the key of the state dict in it
-            (default 'params'); ``input``: 'lr' (the LR image) or 'upsampled' (MATLAB-bicubic upsampled LR, as SRCNN
-            expects) and ``channels``: 3 (RGB in/out) or 1 (Y in/out), default the preset's ('lr' and 3 for
-            options). A name or network options alone stand for ``{net: ...}``.
+        backbone (str | dict): The frozen SR network and how it is fed: ``{net, path, param_key, input, channels}``
+            (:class:`~mcnet_basicsr.archs.frozen_backbone.BackboneOptions`); a preset name ('srcnn', 'imdn', ...,
+            built at the operator's scale) or network options alone stand for ``{net: ...}``.
         operator (dict): Measurement operator options, e.g. ``{type: bicubic, scale: 2}``.
         channels (str): 'y' (consistency of Y, the paper's) or 'rgb' (of each of R, G, B). Default: 'y'.
         eps (float | None): Radius of the consistency ball ``||A x - b||_2 <= eps`` (Y in [0,1],
@@ -161,47 +151,6 @@ class MCNetArch(FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
         if self.start is not None:
             self.register_load_state_dict_post_hook(keep_own_start)
 
-    # ------------------------------------------------------------------ settings
-    def __setattr__(self, name, value):
-        if name in _SETTING_NAMES:  # an attribute of that name would be ignored by every solve
-            raise AttributeError(f'{name} is a layer setting, not an attribute: run under it with '
-                                 f'"with net.settings({name}=...):" or run(..., settings={{{name!r}: ...}}); '
-                                 'net.layer_settings holds those in force.')
-        super().__setattr__(name, value)
-
-    @property
-    def layer_settings(self):
-        """The :class:`~mcnet_basicsr.archs.layer_settings.LayerSettings` in force (read-only; change them with
-        :meth:`settings`)."""
-        return self._settings
-
-    @contextmanager
-    def settings(self, settings=None, **changes):
-        """A block that runs under other settings, restored on exit (also when the block raises).
-
-        ``with net.settings(tile=256, solver={'forward': {'tol': 1e-4}}):`` changes single keys (those of
-        :data:`~mcnet_basicsr.archs.layer_settings.OPTION_KEYS`); ``with net.settings(other):`` puts a whole
-        LayerSettings (or options) in force, with ``changes`` on top. Yields the settings in force.
-        """
-        base = self._settings if settings is None else LayerSettings.from_options(settings)
-        new = base.replace(**changes) if changes else base
-        saved, self._settings = self._settings, new
-        try:
-            yield new
-        finally:
-            self._settings = saved
-
-    def _call_settings(self, settings):
-        """The block of one call: :meth:`settings` with a call's ``settings`` (None, changes, or a LayerSettings)."""
-        if settings is None or isinstance(settings, LayerSettings):
-            return self.settings(settings)
-        return self.settings(**settings)
-
-    @property
-    def backbone_dtype(self):
-        """The autocast dtype of the backbone under the settings in force (None: float32)."""
-        return self._settings.autocast_dtype
-
     @property
     def beta(self):
         """beta without noise."""
@@ -263,13 +212,10 @@ class MCNetArch(FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
         value, under the settings in force or this call's ``settings`` (changes as a dict, or a LayerSettings).
         ``info``: ``forward`` (SolverStats of the forward solve), ``backward`` (BackwardStatsHolder) and ``eps``.
 
-        ``b`` may be float64 (as :meth:`forward` passes it): the iterations run in ``w``'s dtype and
-        the final projection uses ``b`` at full precision, so the consistency of the output is not
-        limited by float32 rounding of ``b`` (about 1e-5 on a Set14-sized image).
-
-        Runs under ``allow_tf32`` itself, as :meth:`backbone_estimate` does: callers that compose the pieces
-        (``mcnet-sr``) get the arch's precision, not the process default (PyTorch enables TF32 for cuDNN
-        convolutions unless told otherwise, and TF32 keeps this solve from reaching a tight tolerance).
+        ``b`` may be float64 (as :meth:`run` passes it): the iterations run in ``w``'s dtype and the final projection
+        uses ``b`` at full precision, so the output's consistency is not limited by float32 rounding of ``b``.
+        Runs under ``allow_tf32`` itself, as :meth:`backbone_estimate` does: callers that compose the pieces get the
+        arch's precision, not the process default (TF32 keeps this solve from reaching a tight tolerance).
         """
         with self._call_settings(settings) as s, tf32(s.allow_tf32):
             return self._solve(w, b, self.measurement_operator(operator), noise_sigma, s)
@@ -292,7 +238,7 @@ class MCNetArch(FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
         return torch.lerp(z, fz, (self._settings.extrapolation * (beta + self.rho) / beta).to(z))
 
     def run(self, lr, operator=None, noise_sigma=None, settings=None):
-        """``(output, info)``: :meth:`forward`'s output and what its solve did (``info`` as :meth:`solve` returns
+        """``(output, info)``: the layer's output and what its solve did (``info`` as :meth:`solve` returns
         it), under the settings in force or this call's ``settings`` (changes as a dict, or a LayerSettings)."""
         check_lr('MCNetArch', lr)
         operator = self.measurement_operator(operator)
