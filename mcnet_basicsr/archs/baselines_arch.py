@@ -19,8 +19,8 @@ from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 from .dncnn_arch import DnCNN, load_dncnn
 from .frozen_backbone import FrozenBackbone, FrozenBackboneMixin
 from .layer_core import ADMMLayer, ConsistentLayer, check_lr, eps_repr
+from .layer_options import NetworkWeights
 from .layer_settings import BACKBONE_DTYPES, check_backbone_dtype
-from .mcnet_arch import _path_group
 
 _TV_KINDS = ('anisotropic', 'isotropic')
 
@@ -119,10 +119,10 @@ class PnPADMM(ADMMLayer):
         super().__init__(operator, channels, eps, eps_rms, rho)
         _check_iterations(iterations)
         self.iterations = iterations
-        denoiser, denoiser_path = _path_group('denoiser', denoiser)
-        self.denoiser = DnCNN(**dict(dict(depth=17, batch_norm=True, spectral_norm=False), **denoiser))
-        if denoiser_path is not None:
-            load_dncnn(self.denoiser, denoiser_path)
+        denoiser = NetworkWeights.from_options('denoiser', denoiser)
+        self.denoiser = DnCNN(**dict(dict(depth=17, batch_norm=True, spectral_norm=False), **denoiser.options))
+        if denoiser.path is not None:
+            load_dncnn(self.denoiser, denoiser.path)
         self.denoiser.auto_update_spectral_norm = False  # estimated once per solve, as in MCNet
         for p in self.denoiser.parameters():
             p.requires_grad_(False)

@@ -10,38 +10,10 @@ from mcnet_basicsr.utils.tiling import apply_tiled, needs_tiling
 from .dncnn_arch import DnCNN, load_dncnn
 from .frozen_backbone import FrozenBackbone, FrozenBackboneMixin
 from .layer_core import ADMMLayer, check_lr, eps_repr
+from .layer_options import BetaOptions, NetworkWeights
 from .layer_records import LayerRecordMixin, keep_own_start
 from .layer_settings import LayerSettings, SettingsMixin
-from .learned_start_arch import build_start_network, load_start_network
-
-# the keys of the ``beta`` option
-BETA_KEYS = ('init', 'learn', 'noise')
-
-
-def _path_group(name, options):
-    """``(network options, path)`` of a ``denoiser`` / ``start`` option: its network's options with ``path``."""
-    if options is not None and not isinstance(options, dict):
-        raise ValueError(f'{name} must be a dict of options (and path) or None, got {options!r}.')
-    options = dict(options or {})
-    return options, options.pop('path', None)
-
-
-def _beta_group(beta):
-    """``(init, learn, noise)`` of the ``beta`` option: a number (the initial beta) or a dict of :data:`BETA_KEYS`."""
-    if beta is None or (isinstance(beta, (int, float)) and not isinstance(beta, bool)):
-        beta = {} if beta is None else {'init': beta}
-    if not isinstance(beta, dict):
-        raise ValueError(f'beta must be a number or {{init, learn, noise}}, got {beta!r}.')
-    unknown = [k for k in beta if k not in BETA_KEYS]
-    if unknown:
-        raise ValueError(f'Unknown beta option(s) {unknown}; allowed are {list(BETA_KEYS)}.')
-    init, learn, noise = beta.get('init', 0.01), beta.get('learn', True), beta.get('noise', False)
-    if isinstance(init, bool) or not isinstance(init, (int, float)) or not init > 0:
-        raise ValueError(f'beta init must be a number > 0, got {init!r}.')
-    for key, value in (('learn', learn), ('noise', noise)):
-        if not isinstance(value, bool):
-            raise ValueError(f'beta {key} must be true or false, got {value!r}.')
-    return float(init), learn, noise
+from .learned_start_arch import StartOptions, build_start_network, load_start_network
 
 
 @ARCH_REGISTRY.register()
@@ -92,23 +64,17 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
         eps_rms (float | None): The same per LR pixel: ``eps = eps_rms * sqrt(#LR pixels)``.
             Give at most one of ``eps``/``eps_rms``; neither means exact consistency (eps = 0).
         rho (float): ADMM penalty, > 0. Default: 1.0.
-        beta (float | dict | None): ``{init, learn, noise}``: the initial ``beta`` (> 0; default 0.01), whether it
-            is trained (default true), and ``noise``: let beta depend on the noise level of each sample, ``beta(sigma)
-            = beta exp(g 255 sigma)``, ``sigma`` the noise std of the values a solve makes consistent (each of R, G,
-            B; on Y that of Y) given to :meth:`forward`, with ``g`` learned with beta (stored as
-            ``log_beta_slope``, starting at 0); without noise the layer is the same (default false). A number is
-            ``{init: number}``. Default: None (all defaults).
+        beta (float | dict | BetaOptions | None): The initial beta, or ``{init, learn, noise}``
+            (:class:`~mcnet_basicsr.archs.layer_options.BetaOptions`: 0.01, learned, independent of noise). Default:
+            None (the defaults).
         denoiser (dict | None): Options of :class:`DnCNN` and ``path``, its checkpoint (any layout ``load_dncnn``
             accepts). Default: DnCNN6 (64 ch, no bias, no BN, residual, spectrally normalised), random weights.
-        start (dict | None): A learned start: a residual CNN ``g`` (:class:`DnCNN` without spectral norm,
-            options ``depth`` (default 8) and ``num_feat`` (default 64)) and the solve starts from
+        start (dict | StartOptions | None): A learned start ``{depth, num_feat, path}``
+            (:class:`~mcnet_basicsr.archs.learned_start_arch.StartOptions`): the solve starts from
             ``x0 = P_S(g(P_S(w)))``, ``lam0 = 0``. The map and its fixed point are the same; a start nearer the fixed
-            point needs fewer iterations to a tolerance (fitted by :class:`~mcnet_basicsr.models.MCNetStartModel`
-            to the fixed points of this layer). Not trained with the layer. ``path``: weights of the start, a file
-            of the start alone or a whole layer checkpoint whose ``start.*`` entries are taken (key ``params_ema``
-            if present, else ``params``); a layer checkpoint without ``start.*`` entries then loads strictly and
-            keeps this start (default: ``g`` begins as the identity: its last convolution is zero). Default: None
-            (``x0 = P_S(w)``).
+            point needs fewer iterations (fitted by :class:`~mcnet_basicsr.models.MCNetStartModel`; not trained with
+            the layer). A layer checkpoint without ``start.*`` entries loads strictly and keeps this start. Default:
+            None (``x0 = P_S(w)``).
         settings (dict | LayerSettings | None): How the layer runs
             (:class:`~mcnet_basicsr.archs.layer_settings.LayerSettings`: ``tile``, ``allow_tf32``,
             ``backbone_dtype``, ``extrapolation``, ``solver: {forward: {...}, backward: {...}}``). Default: None
@@ -127,27 +93,26 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
                  start=None,
                  settings=None):
         super().__init__(operator, channels, eps, eps_rms, rho)
-        beta_init, learn_beta, noise_beta = _beta_group(beta)
-        denoiser, denoiser_path = _path_group('denoiser', denoiser)
-        has_start = start is not None
-        start, start_path = _path_group('start', start)
+        beta = BetaOptions.from_options(beta)
+        denoiser = NetworkWeights.from_options('denoiser', denoiser)
+        start = None if start is None else StartOptions.from_options(start)
         self._settings = LayerSettings.from_options(settings)
         self.frozen = FrozenBackbone.from_options(backbone, self.scale, owner='MCNetArch')
-        self.log_beta = nn.Parameter(torch.tensor(math.log(beta_init)), requires_grad=learn_beta)
-        self.log_beta_slope = nn.Parameter(torch.zeros(()), requires_grad=learn_beta) if noise_beta else None
+        self.log_beta = nn.Parameter(torch.tensor(math.log(beta.init)), requires_grad=beta.learn)
+        self.log_beta_slope = nn.Parameter(torch.zeros(()), requires_grad=beta.learn) if beta.noise else None
 
-        if denoiser.get('batch_norm'):
+        if denoiser.options.get('batch_norm'):
             # BN in training mode makes F depend on the batch (no fixed point per image), and BN's
             # scale is not bounded, so the contraction argument is lost: PnP baseline only.
             raise ValueError('MCNetArch needs a denoiser without BatchNorm (batch_norm: false); '
                              'BatchNorm DnCNNs are for the PnPADMM baseline.')
-        self.denoiser = DnCNN(**denoiser)
-        if denoiser_path is not None:
-            load_dncnn(self.denoiser, denoiser_path)
+        self.denoiser = DnCNN(**denoiser.options)
+        if denoiser.path is not None:
+            load_dncnn(self.denoiser, denoiser.path)
         self.denoiser.auto_update_spectral_norm = False  # updated once per solve, see forward
-        self.start = build_start_network(start) if has_start else None
-        if start_path is not None:
-            load_start_network(self.start, start_path)
+        self.start = None if start is None else build_start_network(start)
+        if start is not None and start.path is not None:
+            load_start_network(self.start, start.path)
         if self.start is not None:
             self.register_load_state_dict_post_hook(keep_own_start)
 
