@@ -1,3 +1,6 @@
+"""MCNetArch: the network of MCNet. Its parts live beside it: the measurement and the ADMM map in ``layer_core``,
+the frozen backbone in ``frozen_backbone``, the checkpoint record in ``layer_records``, how it runs in
+``layer_settings`` and its grouped options in ``layer_options`` and ``learned_start_arch``."""
 import math
 
 import torch
@@ -109,7 +112,7 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
         self.denoiser = DnCNN(**denoiser.options)
         if denoiser.path is not None:
             load_dncnn(self.denoiser, denoiser.path)
-        self.denoiser.auto_update_spectral_norm = False  # updated once per solve, see forward
+        self.denoiser.auto_update_spectral_norm = False  # updated once per solve: fixed_point_problem
         self.start = None if start is None else build_start_network(start)
         if start is not None and start.path is not None:
             load_start_network(self.start, start.path)
