@@ -316,5 +316,6 @@ def test_slurm_launcher_emulated_srun(workspace, tmp_path):  # noqa: F811
     assert (exp / 'models' / 'net_g_2.pth').is_file() and (exp / 'training_states' / '2.state').is_file()
     assert len(list(exp.glob('train_*.log'))) == 1, 'only rank 0 writes a log'
     log = newest_log(exp, 'train')
-    assert 'World size (gpu number): 2' in log and 'DistributedDataParallel - MCNetArch' in log
+    assert 'World size (gpu number): 2' in log and 'DistributedDataParallel - ReportingRun' in log
+    assert 'INFO: MCNetArch(' in log
     assert '# psnr:' in log
