@@ -124,7 +124,7 @@ def protocol_forward(net, consistent, lr, op, sigma, device):
     with torch.no_grad():
         if consistent:
             x = torch.from_numpy(usrnet_measurement(lr, sigma)[0]).permute(0, 3, 1, 2).to(device)
-            y = net(x, operator=op, noise_sigma=sigma or None, info=info)
+            y, info = net.run(x, operator=op, noise_sigma=sigma or None)
             residuals = (op(y.double()) - x.double()).flatten(2).norm(dim=2)
         else:
             y = net(torch.from_numpy(lr).permute(0, 3, 1, 2).to(device))
