@@ -71,9 +71,8 @@ def measure(scale, device, tol, factors, data_root, images=None):
     for name, (net, consistent) in rows(scale, device, tol, factors).items():
         start, psnrs, iterations = time.perf_counter(), [], []
         for lq, gt, sigma, op in samples:
-            info = {}
             with torch.no_grad():
-                out = net(lq, operator=op, noise_sigma=sigma or None, info=info) if consistent else net(lq)
+                out, info = net.run(lq, operator=op, noise_sigma=sigma or None) if consistent else (net(lq), {})
             if 'forward' in info and type(net).__name__ == 'MCNetArch':
                 iterations.append(float(info['forward'].iterations.float().mean()))
             psnrs.append(y_uint8_metrics(luma(out.clamp(0, 1).double().cpu()), gt, scale)[0])

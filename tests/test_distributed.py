@@ -72,6 +72,8 @@ def _save_tiny_problem(folder):
 
 def _ddp_worker(rank, folder):
     from torch.nn.parallel import DistributedDataParallel
+
+    from mcnet_basicsr.models.protocol_sr_model import ReportingRun
     torch.set_num_threads(1)
     dist.init_process_group('gloo', init_method=f'file://{folder / "rendezvous"}', rank=rank, world_size=WORLD)
     try:
@@ -79,11 +81,11 @@ def _ddp_worker(rank, folder):
         if rank == 1:  # a rank whose power-iteration state drifted: DDP must replace it by rank 0's
             for m in net.denoiser.sn_convs():
                 m.sn_v.normal_()
-        ddp = DistributedDataParallel(net)
+        ddp = DistributedDataParallel(ReportingRun(net))  # as MCNetModel wraps it: DDP's forward is the layer's run
         lr, gt = torch.load(folder / 'batch.pt')
         part = slice(rank * len(lr) // WORLD, (rank + 1) * len(lr) // WORLD)
-        info = {}  # forward's info, through DDP
-        loss = (ddp(lr[part], info=info) - gt[part]).square().mean()
+        out, info = ddp(lr[part])
+        loss = (out - gt[part]).square().mean()
         loss.backward()
         torch.save({'grads': {n: p.grad for n, p in net.named_parameters()},
                     'sn_v': [m.sn_v.clone() for m in net.denoiser.sn_convs()],
@@ -102,8 +104,8 @@ def test_ddp_gradient_equals_single_process_gradient(tmp_path):
     mp.spawn(_ddp_worker, args=(tmp_path, ), nprocs=WORLD, join=True)
 
     ref = _tiny_layer(tmp_path)
-    info = {}
-    (ref(lr, info=info) - gt).square().mean().backward()
+    out, info = ref.run(lr)
+    (out - gt).square().mean().backward()
     assert info['backward'].calls == 1
     results = [torch.load(tmp_path / f'rank{r}.pt') for r in range(WORLD)]
     for res in results:
@@ -227,7 +229,8 @@ def test_torchrun_trains_checkpoints_and_validates(workspace):  # noqa: F811
     assert len(list(exp.glob('train_*.log'))) == 1, 'only rank 0 writes a log'
     log = newest_log(exp, 'train')
     assert 'World size (gpu number): 2' in log
-    assert 'DistributedDataParallel - MCNetArch' in log
+    # DDP wraps the layer's run (ReportingRun); the network printed is the layer
+    assert 'DistributedDataParallel - ReportingRun' in log and 'INFO: MCNetArch(' in log
     assert log.count('Saving models and training states.') == 2
     assert log.count('fidelity_float') == 3, 'validation at iterations 2 and 4 and at the end, on rank 0 only'
     assert log.count('# psnr:') == 3 and 'beta:' in log and 'bwd_iter:' in log
@@ -313,5 +316,6 @@ def test_slurm_launcher_emulated_srun(workspace, tmp_path):  # noqa: F811
     assert (exp / 'models' / 'net_g_2.pth').is_file() and (exp / 'training_states' / '2.state').is_file()
     assert len(list(exp.glob('train_*.log'))) == 1, 'only rank 0 writes a log'
     log = newest_log(exp, 'train')
-    assert 'World size (gpu number): 2' in log and 'DistributedDataParallel - MCNetArch' in log
+    assert 'World size (gpu number): 2' in log and 'DistributedDataParallel - ReportingRun' in log
+    assert 'INFO: MCNetArch(' in log
     assert '# psnr:' in log

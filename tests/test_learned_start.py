@@ -50,9 +50,8 @@ def layer(srcnn_ckpt, layer_ckpt, **kw):
 
 
 def solved(net, lr):
-    info = {}
     with torch.no_grad():
-        out = net(lr, info=info)
+        out, info = net.run(lr)
     assert info['forward'].converged.all()
     return out, info['forward'].iterations
 

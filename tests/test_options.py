@@ -13,7 +13,7 @@ import yaml
 from basicsr.utils.registry import ARCH_REGISTRY
 
 import mcnet_basicsr  # noqa: F401  (registers the archs)
-from mcnet_basicsr.archs.mcnet_arch import backbone_group
+from mcnet_basicsr.archs.frozen_backbone import BackboneOptions
 
 OPTIONS = sorted((Path(__file__).resolve().parents[1] / 'options').glob('*.yml'))
 
@@ -56,7 +56,8 @@ def test_option_file_is_consistent_with_its_scale(path):
             assert metric['scale'] == s
     assert 'suffix' in opt['val'], 'BasicSR test option files need val.suffix'
     net = opt['network_g']
-    backbone = backbone_group(net['backbone'])['net'] if 'backbone' in net else None  # a preset name: the op's scale
+    # a preset name is built at the operator's scale
+    backbone = BackboneOptions.from_options(net['backbone']).net if 'backbone' in net else None
     for block in (net, backbone if isinstance(backbone, dict) else {}):
         for key in ('upscale', 'scale'):
             if key in block and block is not net.get('operator'):

@@ -1,9 +1,10 @@
 """Baselines of the MCNet paper's tables: bicubic upsampling, PnP-ADMM and TV-TV post-processing.
 
-All three share MCNet's pieces: the operators and their exact projection (``mcnet_basicsr.ops``),
-the colour handling (Y from BT.601, Cb/Cr from the backbone or from bicubic upsampling), MCNet's
-ADMM map (PnP is that map with ``beta = 0``), MCNet's frozen-backbone handling (TV-TV) and the
-solver statistics type (``mcnet_basicsr.deq.SolverStats``, so ``scripts/evaluate.py`` reports
+All three share MCNet's pieces: the operators and their exact projection (``mcnet_basicsr.ops``);
+PnP-ADMM and TV-TV inherit the layer core (``layer_core``: the measurement of a call, the colour
+handling, Y from BT.601 with Cb/Cr from the backbone or from bicubic upsampling, and the final
+projection), PnP-ADMM MCNet's ADMM map (with ``beta = 0``); TV-TV holds a frozen backbone as MCNet
+does; and the solver statistics type (``mcnet_basicsr.deq.SolverStats``, so ``scripts/evaluate.py`` reports
 iterations for them as for MCNet). None of them learns anything: BasicSR's ``SRModel`` runs them
 without ``pretrain_network_g``.
 """
@@ -12,50 +13,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from mcnet_basicsr.deq import SolverStats
-from mcnet_basicsr.ops import build_operator, imresize
+from mcnet_basicsr.ops import imresize
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 from .dncnn_arch import DnCNN, load_dncnn
+from .frozen_backbone import FrozenBackbone, FrozenBackboneMixin
+from .layer_core import ADMMLayer, ConsistentLayer, check_lr, eps_repr
+from .layer_options import NetworkWeights
 from .layer_settings import BACKBONE_DTYPES, check_backbone_dtype
-from .mcnet_arch import _CHANNELS, FrozenBackboneMixin, MCNetArch, _path_group, check_eps_options, eps_repr
 
 _TV_KINDS = ('anisotropic', 'isotropic')
-
-
-def _check_lr(name, lr):
-    if lr.dim() != 4 or lr.shape[1] not in (1, 3):
-        raise ValueError(f'{name} expects LR images (N, 1 or 3, h, w); got shape {tuple(lr.shape)}.')
 
 
 def _check_iterations(iterations):
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f'iterations must be a positive int, got {iterations!r}.')
-
-
-def _check_channels(channels):
-    if channels not in _CHANNELS:
-        raise ValueError(f'channels must be one of {_CHANNELS}, got {channels!r}.')
-    return channels
-
-
-def _final_projection(operator, x, b64, eps):
-    """Project an iterate that is in S already once more in float64 (as MCNetArch.solve): float32 rounding
-    of a projection leaves ``||A x - b||`` at ~1e-4 on large images; this brings it to ~1e-6."""
-    if x.dtype == torch.float64:
-        return operator.project(x, b64, eps)
-    return operator.project(x.double(), b64, eps).to(x.dtype)
-
-
-def _solved(solve_measured, solve, w, cbcr, lr, operator, noise_sigma):
-    """``(output, info)`` of ``solve_measured`` (MCNetArch's) over ``solve(w, b, op, sigma) -> (x, info)``."""
-    infos = []
-
-    def solve_one(*args):
-        x, info = solve(*args)
-        infos.append(info)
-        return x
-
-    return solve_measured(solve_one, w, cbcr, lr, operator, noise_sigma), infos[0]
 
 
 def _stats(iterations, n, residual, trace, device):
@@ -83,12 +55,12 @@ class Bicubic(nn.Module):
         return f'scale={self.scale}'
 
     def forward(self, lr):
-        _check_lr('Bicubic', lr)
+        check_lr('Bicubic', lr)
         return imresize(lr, self.scale)
 
 
 @ARCH_REGISTRY.register()
-class PnPADMM(nn.Module):
+class PnPADMM(ADMMLayer):
     """The paper's PnP baseline: MCNet's ADMM iteration with ``beta = 0`` and no backbone.
 
     On Y (BT.601; Cb/Cr are the MATLAB-bicubic-upsampled LR chroma, 1-channel input is Y), with
@@ -96,7 +68,7 @@ class PnPADMM(nn.Module):
 
         u = R(x + lam);  x+ = P_S(u - lam);  lam+ = lam + x+ - u
 
-    (:meth:`MCNetArch.fixed_point_map` itself, with ``beta = 0``; ``rho`` then cancels, so the
+    (:meth:`~.layer_core.ADMMLayer.fixed_point_map` itself, with ``beta = 0``; ``rho`` then cancels, so the
     iterates do not depend on it). With ``beta = 0`` nothing guarantees a fixed point (with the MCNet
     authors' DnCNN6, PSNR peaks after a few dozen iterations and then drifts down), so this runs a FIXED
     number of plain iterations (no Anderson, no stopping rule) and returns the last ``x``, which is in
@@ -130,17 +102,11 @@ class PnPADMM(nn.Module):
         channels (str): 'y' or 'rgb' (each channel consistent, one solve per channel), as for MCNetArch.
             Default: 'y'.
 
-    ``forward(lr, operator=None, noise_sigma=None, info=None)`` takes the measurement of a batch as MCNetArch's does.
+    ``forward(lr, operator=None, noise_sigma=None)`` (the image) and ``run`` take the measurement of a batch as
+    MCNetArch's do.
     """
 
-    beta = 0.0
-    # MCNet's pieces, used as they are: the ADMM map (with beta = 0), the eps convention and the measurement of a call
-    fixed_point_map = MCNetArch.fixed_point_map
-    denoise = MCNetArch.denoise
-    consistency_radius = MCNetArch.consistency_radius
-    measurement_operator = MCNetArch.measurement_operator
-    solve_measured = MCNetArch.solve_measured
-    _image = staticmethod(MCNetArch._image)
+    beta = 0.0  # the ADMM map of ADMMLayer with beta = 0
 
     def __init__(self,
                  operator,
@@ -150,19 +116,13 @@ class PnPADMM(nn.Module):
                  eps=None,
                  eps_rms=None,
                  channels='y'):
-        super().__init__()
-        check_eps_options(eps, eps_rms)
-        self.channels = _check_channels(channels)
+        super().__init__(operator, channels, eps, eps_rms, rho)
         _check_iterations(iterations)
-        if not rho > 0:
-            raise ValueError(f'rho must be > 0, got {rho}.')
-        self.operator = build_operator(dict(operator))
-        self.scale = self.operator.scale
-        self.eps, self.eps_rms, self.rho, self.iterations = eps, eps_rms, float(rho), iterations
-        denoiser, denoiser_path = _path_group('denoiser', denoiser)
-        self.denoiser = DnCNN(**dict(dict(depth=17, batch_norm=True, spectral_norm=False), **denoiser))
-        if denoiser_path is not None:
-            load_dncnn(self.denoiser, denoiser_path)
+        self.iterations = iterations
+        denoiser = NetworkWeights.from_options('denoiser', denoiser)
+        self.denoiser = DnCNN(**dict(dict(depth=17, batch_norm=True, spectral_norm=False), **denoiser.options))
+        if denoiser.path is not None:
+            load_dncnn(self.denoiser, denoiser.path)
         self.denoiser.auto_update_spectral_norm = False  # estimated once per solve, as in MCNet
         for p in self.denoiser.parameters():
             p.requires_grad_(False)
@@ -197,19 +157,19 @@ class PnPADMM(nn.Module):
             trace.append((z_new - z).flatten(1).norm(dim=1) / (z_new.flatten(1).norm(dim=1) + 1e-12))
             z = z_new
         info = {'forward': _stats(iterations, z.shape[0], trace[-1], trace, z.device), 'eps': eps}
-        return _final_projection(operator, z[:, :x.shape[1]], b64, eps), info
+        return self.consistent_output(z[:, :x.shape[1]], b64, eps, operator), info
 
-    forward = MCNetArch.forward
+    def solve_problem(self, w, b, operator, noise_sigma):
+        return self.solve(b, operator=operator, noise_sigma=noise_sigma)  # no estimate: beta = 0
 
     def run(self, lr, operator=None, noise_sigma=None):
         """``(output, info)``: :meth:`forward`'s output and what its iterations did (``info`` of :meth:`solve`)."""
-        _check_lr('PnPADMM', lr)
+        check_lr('PnPADMM', lr)
         operator = self.measurement_operator(operator)
         # the bicubic upsampling as the "estimate": it gives the chroma on Y and sets the shapes; beta = 0
         estimate = imresize(rgb_to_ycbcr(lr) if lr.shape[1] == 3 else lr, self.scale)
         y, cbcr = estimate[:, :1], (estimate[:, 1:] if lr.shape[1] == 3 else None)
-        return _solved(self.solve_measured, lambda w, b, op, sigma: self.solve(b, operator=op, noise_sigma=sigma),
-                       y, cbcr, lr, operator, noise_sigma)
+        return self.solve_channels(y, cbcr, lr, operator, noise_sigma)
 
 
 # ---------------------------------------------------------------------------------------- TV-TV
@@ -270,7 +230,7 @@ class _NeumannSolver:
 
 
 @ARCH_REGISTRY.register()
-class TVTV(FrozenBackboneMixin, nn.Module):
+class TVTV(FrozenBackboneMixin, ConsistentLayer):
     """TV-TV post-processing of a frozen SR backbone (Vella & Mota), with our exact projection.
 
     On Y (colour exactly as :class:`MCNetArch`: Cb/Cr from the backbone or from the bicubic-upsampled
@@ -312,15 +272,9 @@ class TVTV(FrozenBackboneMixin, nn.Module):
         channels (str): 'y' or 'rgb' (each channel consistent, one solve per channel), as for MCNetArch.
             Default: 'y'.
 
-    ``forward(lr, operator=None, noise_sigma=None, info=None)`` takes the measurement of a batch as MCNetArch's does.
+    ``forward(lr, operator=None, noise_sigma=None)`` (the image) and ``run`` take the measurement of a batch as
+    MCNetArch's do.
     """
-
-    # MCNet's pieces, used as they are: the frozen backbone's estimate (Y and chroma), eps and the measurement of a call
-    run_backbone = MCNetArch.run_backbone
-    consistency_radius = MCNetArch.consistency_radius
-    measurement_operator = MCNetArch.measurement_operator
-    solve_measured = MCNetArch.solve_measured
-    _image = staticmethod(MCNetArch._image)
 
     def __init__(self,
                  backbone,
@@ -333,23 +287,16 @@ class TVTV(FrozenBackboneMixin, nn.Module):
                  eps=None,
                  eps_rms=None,
                  channels='y'):
-        super().__init__()
-        check_eps_options(eps, eps_rms)
-        self.channels = _check_channels(channels)
+        super().__init__(operator, channels, eps, eps_rms, rho)
         _check_iterations(iterations)
         if tv not in _TV_KINDS:
             raise ValueError(f'Unsupported tv {tv!r}. Supported ones are: {_TV_KINDS}.')
         if not beta >= 0:
             raise ValueError(f'beta must be >= 0, got {beta}.')
-        if not rho > 0:
-            raise ValueError(f'rho must be > 0, got {rho}.')
-        self.operator = build_operator(dict(operator))
-        self.scale = self.operator.scale
         check_backbone_dtype(backbone_dtype)
-        self._init_backbone(backbone, self.scale, owner='TVTV')
+        self.frozen = FrozenBackbone.from_options(backbone, self.scale, owner='TVTV')
         self.backbone_dtype = BACKBONE_DTYPES[backbone_dtype]
-        self.eps, self.eps_rms = eps, eps_rms
-        self.beta, self.rho, self.iterations, self.tv = float(beta), float(rho), iterations, tv
+        self.beta, self.iterations, self.tv = float(beta), iterations, tv
 
     def extra_repr(self):
         return (f'scale={self.scale}, operator={self.operator!r}, {eps_repr(self.eps, self.eps_rms)}, '
@@ -388,14 +335,11 @@ class TVTV(FrozenBackboneMixin, nn.Module):
             u2 = u2 + dx - dw - d2
             trace.append((x - z).flatten(1).norm(dim=1) / (z.flatten(1).norm(dim=1) + 1e-12))
         info = {'forward': _stats(iterations, z.shape[0], trace[-1], trace, z.device), 'eps': eps}
-        return _final_projection(operator, z, b64, eps), info
-
-    forward = MCNetArch.forward
+        return self.consistent_output(z, b64, eps, operator), info
 
     def run(self, lr, operator=None, noise_sigma=None):
         """``(output, info)``: :meth:`forward`'s output and what its iterations did (``info`` of :meth:`solve`)."""
-        _check_lr('TVTV', lr)
+        check_lr('TVTV', lr)
         operator = self.measurement_operator(operator)
         w, cbcr = self.run_backbone(lr)
-        return _solved(self.solve_measured, lambda w_, b, op, sigma: self.solve(w_, b, operator=op, noise_sigma=sigma),
-                       w, cbcr, lr, operator, noise_sigma)
+        return self.solve_channels(w, cbcr, lr, operator, noise_sigma)

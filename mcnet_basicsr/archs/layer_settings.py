@@ -2,6 +2,7 @@
 solvers and an observer of the forward solve), given to the layer at construction (its ``settings`` option), per
 call, or for a block (``with net.settings(...)``)."""
 import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -144,3 +145,52 @@ class LayerSettings:
         return {'tile': self.tile, 'allow_tf32': self.allow_tf32, 'backbone_dtype': self.backbone_dtype,
                 'extrapolation': self.extrapolation,
                 'solver': {'forward': self.forward_solver.to_dict(), 'backward': self.backward_solver.to_dict()}}
+
+
+# names an assignment to a layer must not take: they are settings, in force through ``net.settings``
+_SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(LayerSettings)) | {'solver'}
+
+
+class SettingsMixin:
+    """For a layer whose :class:`LayerSettings` in force are ``self._settings`` (set by its constructor): changes them
+    for one call or a block, and refuses attributes named like a setting (which every solve would ignore)."""
+
+    def __setattr__(self, name, value):
+        if name in _SETTING_NAMES:  # an attribute of that name would be ignored by every solve
+            raise AttributeError(f'{name} is a layer setting, not an attribute: run under it with '
+                                 f'"with net.settings({name}=...):" or run(..., settings={{{name!r}: ...}}); '
+                                 'net.layer_settings holds those in force.')
+        super().__setattr__(name, value)
+
+    @property
+    def layer_settings(self):
+        """The :class:`~mcnet_basicsr.archs.layer_settings.LayerSettings` in force (read-only; change them with
+        :meth:`settings`)."""
+        return self._settings
+
+    @contextmanager
+    def settings(self, settings=None, **changes):
+        """A block that runs under other settings, restored on exit (also when the block raises).
+
+        ``with net.settings(tile=256, solver={'forward': {'tol': 1e-4}}):`` changes single keys (those of
+        :data:`~mcnet_basicsr.archs.layer_settings.OPTION_KEYS`); ``with net.settings(other):`` puts a whole
+        LayerSettings (or options) in force, with ``changes`` on top. Yields the settings in force.
+        """
+        base = self._settings if settings is None else LayerSettings.from_options(settings)
+        new = base.replace(**changes) if changes else base
+        saved, self._settings = self._settings, new
+        try:
+            yield new
+        finally:
+            self._settings = saved
+
+    def _call_settings(self, settings):
+        """The block of one call: :meth:`settings` with a call's ``settings`` (None, changes, or a LayerSettings)."""
+        if settings is None or isinstance(settings, LayerSettings):
+            return self.settings(settings)
+        return self.settings(**settings)
+
+    @property
+    def backbone_dtype(self):
+        """The autocast dtype of the backbone under the settings in force (None: float32)."""
+        return self._settings.autocast_dtype

@@ -1,165 +1,26 @@
-import dataclasses
+"""MCNetArch: the network of MCNet. Its parts live beside it: the measurement and the ADMM map in ``layer_core``,
+the frozen backbone in ``frozen_backbone``, the checkpoint record in ``layer_records``, how it runs in
+``layer_settings`` and its grouped options in ``layer_options`` and ``learned_start_arch``."""
 import math
-from contextlib import contextmanager
-from copy import deepcopy
 
 import torch
 from torch import nn
 
 from mcnet_basicsr.deq import BackwardStatsHolder, implicit_fixed_point, solve
-from mcnet_basicsr.ops import (OPERATOR_REGISTRY, build_operator, eps_from_rms, fold_channels, imresize, noisy_radius,
-                               repeat_samples, unfold_channels)
-from mcnet_basicsr.utils.checkpoint import encode_record, load_network, saved_record, split_record
-from mcnet_basicsr.utils.color import luma, rgb_to_ycbcr, ycbcr_to_rgb
 from mcnet_basicsr.utils.precision import tf32
-from mcnet_basicsr.utils.registration import ARCH_REGISTRY, build_network
-from mcnet_basicsr.utils.tiling import apply_tiled, mcnet_tile_overlaps, needs_tiling
-from .backbone_presets_arch import resolve_backbone
+from mcnet_basicsr.utils.registration import ARCH_REGISTRY
+from mcnet_basicsr.utils.tiling import apply_tiled, needs_tiling
 from .dncnn_arch import DnCNN, load_dncnn
-from .layer_settings import LayerSettings
-from .learned_start_arch import build_start_network, load_start_network
-
-_RECORD_BYTES = 32  # length of the backbone-and-scale record saved with a layer
-_CHANNELS = ('y', 'rgb')
-# norm of the Y row of BT.601 (rgb_to_ycbcr): Gaussian noise of std sigma on each of R, G, B is noise of std
-# sigma * _LUMA_NOISE on Y
-_LUMA_NOISE = ((65.481**2 + 128.553**2 + 24.966**2)**0.5) / 255.0
-# the keys of the grouped options (what each group may hold besides, for the denoiser and the start, the network's
-# own options)
-BACKBONE_KEYS = ('net', 'path', 'param_key', 'input', 'channels')
-BETA_KEYS = ('init', 'learn', 'noise')
-# names an assignment to the layer must not take: they are settings (LayerSettings), in force through net.settings
-_SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(LayerSettings)) | {'solver'}
-
-
-class _Frozen:
-    """Holds a module outside the parent's module tree.
-
-    The frozen backbone must not appear in ``parameters()`` (the optimizer, DDP and EMA would
-    see it) nor in ``state_dict()`` (checkpoints store only what MCNet learns; the backbone is
-    loaded from its own path). MCNetArch forwards device/dtype moves to it in ``_apply``.
-    """
-
-    def __init__(self, module):
-        self.module = module
-
-
-def backbone_group(backbone):
-    """The ``backbone`` option as a dict of :data:`BACKBONE_KEYS`: a preset name or network options (a dict with
-    ``type``) stand for ``{net: that}``. Unknown keys, or a missing ``net``: ValueError."""
-    if isinstance(backbone, str) or (isinstance(backbone, dict) and 'type' in backbone):
-        return {'net': backbone}
-    if not isinstance(backbone, dict) or 'net' not in backbone:
-        raise ValueError(f'backbone must be a preset name, network_g-style options or {{net: ..., path: ...}} '
-                         f'(keys {list(BACKBONE_KEYS)}), got {backbone!r}.')
-    unknown = [k for k in backbone if k not in BACKBONE_KEYS]
-    if unknown:
-        raise ValueError(f'Unknown backbone option(s) {unknown}; allowed are {list(BACKBONE_KEYS)}.')
-    return dict(backbone)
-
-
-def check_backbone_options(backbone_input, backbone_channels):
-    """Validate how a backbone is fed (shared by MCNetArch and the TVTV baseline)."""
-    if backbone_input not in ('lr', 'upsampled'):
-        raise ValueError(f"backbone input must be 'lr' or 'upsampled', got {backbone_input!r}.")
-    if backbone_channels not in (1, 3):
-        raise ValueError(f'backbone channels must be 1 or 3, got {backbone_channels!r}.')
-
-
-def eps_repr(eps, eps_rms):
-    """The radius setting as ``extra_repr`` shows it: ``eps_rms=...`` or ``eps=...`` (0 when neither is set)."""
-    return f'eps_rms={eps_rms}' if eps_rms is not None else f'eps={eps or 0.0}'
-
-
-def check_eps_options(eps, eps_rms):
-    """Validate the consistency radius options (``eps`` or ``eps_rms``) shared with the baselines."""
-    if eps is not None and eps_rms is not None:
-        raise ValueError(f'Give either eps or eps_rms, not both (got eps={eps!r}, eps_rms={eps_rms!r}).')
-    for name, value in (('eps', eps), ('eps_rms', eps_rms)):
-        if value is not None and value < 0:
-            raise ValueError(f'{name} must be >= 0, got {value}.')
-
-
-def _path_group(name, options):
-    """``(network options, path)`` of a ``denoiser`` / ``start`` option: its network's options with ``path``."""
-    if options is not None and not isinstance(options, dict):
-        raise ValueError(f'{name} must be a dict of options (and path) or None, got {options!r}.')
-    options = dict(options or {})
-    return options, options.pop('path', None)
-
-
-def _beta_group(beta):
-    """``(init, learn, noise)`` of the ``beta`` option: a number (the initial beta) or a dict of :data:`BETA_KEYS`."""
-    if beta is None or (isinstance(beta, (int, float)) and not isinstance(beta, bool)):
-        beta = {} if beta is None else {'init': beta}
-    if not isinstance(beta, dict):
-        raise ValueError(f'beta must be a number or {{init, learn, noise}}, got {beta!r}.')
-    unknown = [k for k in beta if k not in BETA_KEYS]
-    if unknown:
-        raise ValueError(f'Unknown beta option(s) {unknown}; allowed are {list(BETA_KEYS)}.')
-    init, learn, noise = beta.get('init', 0.01), beta.get('learn', True), beta.get('noise', False)
-    if isinstance(init, bool) or not isinstance(init, (int, float)) or not init > 0:
-        raise ValueError(f'beta init must be a number > 0, got {init!r}.')
-    for key, value in (('learn', learn), ('noise', noise)):
-        if not isinstance(value, bool):
-            raise ValueError(f'beta {key} must be true or false, got {value!r}.')
-    return float(init), learn, noise
-
-
-def build_frozen_backbone(backbone, backbone_path=None, param_key='params', owner='MCNetArch'):
-    """Build a backbone from ``network_g``-style options, load it, freeze it (eval, no grad): a :class:`_Frozen`."""
-    net = build_network(deepcopy(backbone))
-    if backbone_path is not None:
-        load_network(net, backbone_path, param_key)
-    else:
-        from basicsr.utils import get_root_logger  # basicsr's log (importing basicsr registers our types)
-        get_root_logger().warning(f'{owner}: no backbone path given; the backbone keeps its initial weights.')
-    net.eval()
-    for p in net.parameters():
-        p.requires_grad_(False)
-    return _Frozen(net)
-
-
-class FrozenBackboneMixin:
-    """For modules holding a frozen backbone in ``self._backbone`` (a :class:`_Frozen`).
-
-    Exposes it as ``backbone`` and forwards device/dtype moves (``.to``, ``.cuda``, ``.double``)
-    to it, which nn.Module would not do for a module outside its tree.
-    """
-
-    def _init_backbone(self, backbone, scale, owner):
-        """Resolve the ``backbone`` option (:func:`backbone_group`; a preset name at ``scale``), check how it is fed,
-        build and freeze it, keep how it is fed."""
-        group = backbone_group(backbone)
-        net, backbone_input, backbone_channels = resolve_backbone(group['net'], scale, group.get('input'),
-                                                                  group.get('channels'))
-        check_backbone_options(backbone_input, backbone_channels)
-        self._backbone = build_frozen_backbone(net, group.get('path'), group.get('param_key', 'params'), owner=owner)
-        self.backbone_input = backbone_input
-        self.backbone_channels = backbone_channels
-
-    @property
-    def backbone(self):
-        return self._backbone.module
-
-    def _apply(self, fn, *args, **kwargs):
-        super()._apply(fn, *args, **kwargs)
-        self._backbone.module._apply(fn, *args, **kwargs)
-        return self
-
-
-def _keep_own_start(arch, incompatible):
-    """A layer checkpoint without any of the start's entries loads strictly and leaves the start as it is (from
-    ``start: {path}``, or the identity); one with some of them only is still refused."""
-    names = [f'start.{k}' for k in arch.start.state_dict()]
-    missing = [k for k in incompatible.missing_keys if any(k == n or k.endswith('.' + n) for n in names)]
-    if len(missing) == len(names):
-        for k in missing:
-            incompatible.missing_keys.remove(k)
+from .frozen_backbone import FrozenBackbone, FrozenBackboneMixin
+from .layer_core import ADMMLayer, check_lr, eps_repr
+from .layer_options import BetaOptions, NetworkWeights
+from .layer_records import LayerRecordMixin, keep_own_start
+from .layer_settings import LayerSettings, SettingsMixin
+from .learned_start_arch import StartOptions, build_start_network, load_start_network
 
 
 @ARCH_REGISTRY.register()
-class MCNetArch(FrozenBackboneMixin, nn.Module):
+class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
     """MCNet: a frozen SR backbone followed by a measurement-consistent implicit layer.
 
     Given LR ``b`` and the backbone's estimate ``w`` (Y channel), the layer returns the fixed
@@ -180,16 +41,15 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
     channel (the same denoiser on each; the backbone's RGB estimate is w). One-channel input is treated as Y
     throughout and the output is Y.
 
-    ``forward(lr, operator=None, noise_sigma=None, info=None)`` returns the image (what BasicSR calls); it also takes
-    the measurement of this batch where it differs from the constructor's: ``operator`` an operator object or
-    options (same scale; e.g. the blur kernel that made this LR, one kernel per sample, or a
-    :class:`~mcnet_basicsr.ops.StackedOperator`), ``noise_sigma`` the standard deviation of Gaussian noise on each
-    LR value (a float or a per-sample (N,) tensor, images in [0, 1]), which widens the ball to
-    ``sqrt(eps^2 + sigma^2 m)`` (:func:`~mcnet_basicsr.ops.noisy_radius`; m values per channel, and on Y the noise
-    of Y, ``sigma * 0.574``). What the solve did comes back from :meth:`run` (``(x, info)``), or into a dict the
-    caller gives as ``info`` (through wrappers such as DDP, which call ``forward``); ``info`` holds ``forward``
+    ``forward(lr, operator=None, noise_sigma=None)`` returns the image (what BasicSR calls);
+    ``run(lr, operator=None, noise_sigma=None, settings=None)`` returns ``(image, info)``, ``info`` holding ``forward``
     (:class:`~mcnet_basicsr.deq.SolverStats`), ``backward`` (:class:`~mcnet_basicsr.deq.BackwardStatsHolder`, filled
-    when the implicit backward runs) and ``eps`` (the radius used).
+    when the implicit backward runs) and ``eps`` (the radius used). Both take the measurement of this batch where it
+    differs from the constructor's: ``operator`` an operator object or options (same scale; e.g. the blur kernel that
+    made this LR, one kernel per sample, or a :class:`~mcnet_basicsr.ops.StackedOperator`), ``noise_sigma`` the
+    standard deviation of Gaussian noise on each LR value (a float or a per-sample (N,) tensor, images in [0, 1]),
+    which widens the ball to ``sqrt(eps^2 + sigma^2 m)`` (:func:`~mcnet_basicsr.ops.noisy_radius`; m values per
+    channel, and on Y the noise of Y, ``sigma * 0.574``).
 
     How the layer runs (tiles, precision, extrapolation, solvers, an observer) is a
     :class:`~mcnet_basicsr.archs.layer_settings.LayerSettings`: the ``settings`` option, changed for one call
@@ -197,14 +57,9 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
     restored on exit); :attr:`layer_settings` is the one in force.
 
     Args:
-        backbone (str | dict): The frozen SR network and how it is fed: ``{net, path, param_key, input, channels}``.
-            ``net``: the name of a shipped configuration, built at the operator's scale ('srcnn', 'rcan_compact',
-            'rdn_compact', 'imdn', 'pan'; see ``mcnet_basicsr/archs/backbone_presets_arch.py``), or BasicSR
-            ``network_g``-style options of any registered arch (``{type: RCAN, num_feat: 64, ..., upscale: 2}``).
-            ``path``: its checkpoint (default: random weights); ``param_key``: the key of the state dict in it
-            (default 'params'); ``input``: 'lr' (the LR image) or 'upsampled' (MATLAB-bicubic upsampled LR, as SRCNN
-            expects) and ``channels``: 3 (RGB in/out) or 1 (Y in/out), default the preset's ('lr' and 3 for
-            options). A name or network options alone stand for ``{net: ...}``.
+        backbone (str | dict): The frozen SR network and how it is fed: ``{net, path, param_key, input, channels}``
+            (:class:`~mcnet_basicsr.archs.frozen_backbone.BackboneOptions`); a preset name ('srcnn', 'imdn', ...,
+            built at the operator's scale) or network options alone stand for ``{net: ...}``.
         operator (dict): Measurement operator options, e.g. ``{type: bicubic, scale: 2}``.
         channels (str): 'y' (consistency of Y, the paper's) or 'rgb' (of each of R, G, B). Default: 'y'.
         eps (float | None): Radius of the consistency ball ``||A x - b||_2 <= eps`` (Y in [0,1],
@@ -212,23 +67,17 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         eps_rms (float | None): The same per LR pixel: ``eps = eps_rms * sqrt(#LR pixels)``.
             Give at most one of ``eps``/``eps_rms``; neither means exact consistency (eps = 0).
         rho (float): ADMM penalty, > 0. Default: 1.0.
-        beta (float | dict | None): ``{init, learn, noise}``: the initial ``beta`` (> 0; default 0.01), whether it
-            is trained (default true), and ``noise``: let beta depend on the noise level of each sample, ``beta(sigma)
-            = beta exp(g 255 sigma)``, ``sigma`` the noise std of the values a solve makes consistent (each of R, G,
-            B; on Y that of Y) given to :meth:`forward`, with ``g`` learned with beta (stored as
-            ``log_beta_slope``, starting at 0); without noise the layer is the same (default false). A number is
-            ``{init: number}``. Default: None (all defaults).
+        beta (float | dict | BetaOptions | None): The initial beta, or ``{init, learn, noise}``
+            (:class:`~mcnet_basicsr.archs.layer_options.BetaOptions`: 0.01, learned, independent of noise). Default:
+            None (the defaults).
         denoiser (dict | None): Options of :class:`DnCNN` and ``path``, its checkpoint (any layout ``load_dncnn``
             accepts). Default: DnCNN6 (64 ch, no bias, no BN, residual, spectrally normalised), random weights.
-        start (dict | None): A learned start: a residual CNN ``g`` (:class:`DnCNN` without spectral norm,
-            options ``depth`` (default 8) and ``num_feat`` (default 64)) and the solve starts from
+        start (dict | StartOptions | None): A learned start ``{depth, num_feat, path}``
+            (:class:`~mcnet_basicsr.archs.learned_start_arch.StartOptions`): the solve starts from
             ``x0 = P_S(g(P_S(w)))``, ``lam0 = 0``. The map and its fixed point are the same; a start nearer the fixed
-            point needs fewer iterations to a tolerance (fitted by :class:`~mcnet_basicsr.models.MCNetStartModel`
-            to the fixed points of this layer). Not trained with the layer. ``path``: weights of the start, a file
-            of the start alone or a whole layer checkpoint whose ``start.*`` entries are taken (key ``params_ema``
-            if present, else ``params``); a layer checkpoint without ``start.*`` entries then loads strictly and
-            keeps this start (default: ``g`` begins as the identity: its last convolution is zero). Default: None
-            (``x0 = P_S(w)``).
+            point needs fewer iterations (fitted by :class:`~mcnet_basicsr.models.MCNetStartModel`; not trained with
+            the layer). A layer checkpoint without ``start.*`` entries loads strictly and keeps this start. Default:
+            None (``x0 = P_S(w)``).
         settings (dict | LayerSettings | None): How the layer runs
             (:class:`~mcnet_basicsr.archs.layer_settings.LayerSettings`: ``tile``, ``allow_tf32``,
             ``backbone_dtype``, ``extrapolation``, ``solver: {forward: {...}, backward: {...}}``). Default: None
@@ -246,83 +95,29 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                  denoiser=None,
                  start=None,
                  settings=None):
-        super().__init__()
-        check_eps_options(eps, eps_rms)
-        if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not rho > 0:
-            raise ValueError(f'rho must be a number > 0, got {rho!r}.')
-        if channels not in _CHANNELS:
-            raise ValueError(f'channels must be one of {_CHANNELS}, got {channels!r}.')
-        beta_init, learn_beta, noise_beta = _beta_group(beta)
-        denoiser, denoiser_path = _path_group('denoiser', denoiser)
-        has_start = start is not None
-        start, start_path = _path_group('start', start)
+        super().__init__(operator, channels, eps, eps_rms, rho)
+        beta = BetaOptions.from_options(beta)
+        denoiser = NetworkWeights.from_options('denoiser', denoiser)
+        start = None if start is None else StartOptions.from_options(start)
         self._settings = LayerSettings.from_options(settings)
-        self.channels = channels
-        self.operator = build_operator(dict(operator))
-        self.scale = self.operator.scale
-        self._init_backbone(backbone, self.scale, owner='MCNetArch')
+        self.frozen = FrozenBackbone.from_options(backbone, self.scale, owner='MCNetArch')
+        self.log_beta = nn.Parameter(torch.tensor(math.log(beta.init)), requires_grad=beta.learn)
+        self.log_beta_slope = nn.Parameter(torch.zeros(()), requires_grad=beta.learn) if beta.noise else None
 
-        self.eps = eps
-        self.eps_rms = eps_rms
-        self.rho = float(rho)
-        self.log_beta = nn.Parameter(torch.tensor(math.log(beta_init)), requires_grad=learn_beta)
-        self.log_beta_slope = nn.Parameter(torch.zeros(()), requires_grad=learn_beta) if noise_beta else None
-
-        if denoiser.get('batch_norm'):
+        if denoiser.options.get('batch_norm'):
             # BN in training mode makes F depend on the batch (no fixed point per image), and BN's
             # scale is not bounded, so the contraction argument is lost: PnP baseline only.
             raise ValueError('MCNetArch needs a denoiser without BatchNorm (batch_norm: false); '
                              'BatchNorm DnCNNs are for the PnPADMM baseline.')
-        self.denoiser = DnCNN(**denoiser)
-        if denoiser_path is not None:
-            load_dncnn(self.denoiser, denoiser_path)
-        self.denoiser.auto_update_spectral_norm = False  # updated once per solve, see forward
-        self.start = build_start_network(start) if has_start else None
-        if start_path is not None:
-            load_start_network(self.start, start_path)
+        self.denoiser = DnCNN(**denoiser.options)
+        if denoiser.path is not None:
+            load_dncnn(self.denoiser, denoiser.path)
+        self.denoiser.auto_update_spectral_norm = False  # updated once per solve: fixed_point_problem
+        self.start = None if start is None else build_start_network(start)
+        if start is not None and start.path is not None:
+            load_start_network(self.start, start.path)
         if self.start is not None:
-            self.register_load_state_dict_post_hook(_keep_own_start)
-
-    # ------------------------------------------------------------------ settings
-    def __setattr__(self, name, value):
-        if name in _SETTING_NAMES:  # an attribute of that name would be ignored by every solve
-            raise AttributeError(f'{name} is a layer setting, not an attribute: run under it with '
-                                 f'"with net.settings({name}=...):" or run(..., settings={{{name!r}: ...}}); '
-                                 'net.layer_settings holds those in force.')
-        super().__setattr__(name, value)
-
-    @property
-    def layer_settings(self):
-        """The :class:`~mcnet_basicsr.archs.layer_settings.LayerSettings` in force (read-only; change them with
-        :meth:`settings`)."""
-        return self._settings
-
-    @contextmanager
-    def settings(self, settings=None, **changes):
-        """A block that runs under other settings, restored on exit (also when the block raises).
-
-        ``with net.settings(tile=256, solver={'forward': {'tol': 1e-4}}):`` changes single keys (those of
-        :data:`~mcnet_basicsr.archs.layer_settings.OPTION_KEYS`); ``with net.settings(other):`` puts a whole
-        LayerSettings (or options) in force, with ``changes`` on top. Yields the settings in force.
-        """
-        base = self._settings if settings is None else LayerSettings.from_options(settings)
-        new = base.replace(**changes) if changes else base
-        saved, self._settings = self._settings, new
-        try:
-            yield new
-        finally:
-            self._settings = saved
-
-    def _call_settings(self, settings):
-        """The block of one call: :meth:`settings` with a call's ``settings`` (None, changes, or a LayerSettings)."""
-        if settings is None or isinstance(settings, LayerSettings):
-            return self.settings(settings)
-        return self.settings(**settings)
-
-    @property
-    def backbone_dtype(self):
-        """The autocast dtype of the backbone under the settings in force (None: float32)."""
-        return self._settings.autocast_dtype
+            self.register_load_state_dict_post_hook(keep_own_start)
 
     @property
     def beta(self):
@@ -344,107 +139,11 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
                 f'{eps_repr(self.eps, self.eps_rms)}, rho={self.rho}, '
                 f'backbone={type(self.backbone).__name__} (frozen, not in state_dict)')
 
-    # ------------------------------------------------------------------ pieces
-    def consistency_radius(self, b, noise_sigma=None):
-        """Per-sample eps for LR measurements ``b`` (N, C, h, w) carrying noise of std ``noise_sigma`` per value
-        (None: none; a float or an (N,) tensor)."""
-        eps = eps_from_rms(self.eps_rms, b[0].numel()) if self.eps_rms is not None else float(self.eps or 0.0)
-        return noisy_radius(eps, noise_sigma, b[0].numel())
-
-    def measurement_operator(self, operator=None):
-        """The operator of a call: this layer's, or ``operator`` (an operator or its options) at this layer's scale."""
-        if operator is None:
-            return self.operator
-        if hasattr(operator, 'keys'):
-            operator = build_operator(operator)
-        if getattr(operator, 'scale', None) != self.scale:
-            raise ValueError(f'The operator of this batch downscales by {getattr(operator, "scale", None)!r}; this '
-                             f'layer is for x{self.scale}.')
-        return operator
-
-    @torch.no_grad()
-    def run_backbone(self, lr):
-        """Backbone estimate at HR size: (Y, CbCr or None) from LR in [0, 1].
-
-        The backbone sees the LR clipped to [0, 1], the range of the images it was trained on (noisy float LR goes
-        beyond it, and some networks, PAN among them, answer values outside it with outputs far outside it); the
-        layer's measurement ``b`` is the LR as given."""
-        lr = lr.clamp(0, 1)
-        rgb = lr.shape[1] == 3
-        if rgb and self.backbone_channels == 1:
-            ycbcr_lr = rgb_to_ycbcr(lr)
-            net_in = ycbcr_lr[:, :1]
-        else:
-            net_in = lr
-        if self.backbone_input == 'upsampled':
-            net_in = imresize(net_in, self.scale)
-        dtype = self.backbone_dtype
-        with torch.autocast(lr.device.type, dtype=dtype or torch.float32,
-                            enabled=dtype is not None and lr.device.type == 'cuda'):
-            out = self.backbone(net_in)
-        out = out.to(lr.dtype)
-        if not rgb:
-            return out, None
-        if self.backbone_channels == 1:
-            return out, imresize(ycbcr_lr[:, 1:], self.scale)
-        ycbcr = rgb_to_ycbcr(out)
-        return ycbcr[:, :1], ycbcr[:, 1:]
-
-    # ------------------------------------------------------------------ checkpoints
-    def trained_for(self):
-        """What a saved layer records of the backbone and scale it belongs to, e.g. 'IMDN x4'."""
-        return f'{type(self.backbone).__name__} x{self.scale}'
-
-    def operator_name(self):
-        """The registered type of this layer's operator, e.g. 'bicubic' (what a saved layer records it was trained
-        for)."""
-        return next((name for name in OPERATOR_REGISTRY if OPERATOR_REGISTRY.get(name) is type(self.operator)),
-                    type(self.operator).__name__)
-
-    def get_extra_state(self):
-        # read back by utils.checkpoint.saved_record and split_record
-        return encode_record(f'{self.trained_for()} {self.operator_name()}', _RECORD_BYTES)
-
-    def set_extra_state(self, state):
-        trained, operator = split_record(saved_record({'_extra_state': state}))
-        if trained != self.trained_for():
-            raise ValueError(f'This MCNet layer was trained on {trained}; it is being loaded on {self.trained_for()}. '
-                             'A layer learns the errors of one backbone at one scale: use the layer trained for '
-                             'this backbone and scale.')
-        operator = operator or 'bicubic'  # layers saved before the record named the operator were all trained on it
-        if operator != self.operator_name():
-            from basicsr.utils import get_root_logger  # basicsr's log (importing basicsr registers our types)
-            get_root_logger().info(f'This MCNet layer was trained for LR made by {operator!r}; it now serves the '
-                                   f'operator {self.operator!r}: the same prior on another measurement model.')
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                                      error_msgs)
-        # layers saved before the record existed load unchecked; a layer without a noise slope is one with slope 0
-        for key in ('_extra_state', 'log_beta_slope'):
-            if prefix + key in missing_keys:
-                missing_keys.remove(prefix + key)
-
-    def tile_overlaps(self):
-        """Overlaps in LR pixels (backbone, denoiser) of exact tiles (see ``LayerSettings.tile``)."""
-        return mcnet_tile_overlaps(self.scale, self.backbone, self.backbone_input, self.denoiser)
-
     def backbone_estimate(self, lr, settings=None):
         """:meth:`run_backbone` under the settings in force (or this call's ``settings``, as :meth:`run` takes them):
         on ``tile`` x ``tile`` LR tiles when the image is larger, under ``allow_tf32``."""
         with self._call_settings(settings) as s, tf32(s.allow_tf32):
-            tile = s.tile
-            if not needs_tiling(lr, tile):
-                return self.run_backbone(lr)
-            return apply_tiled(self.run_backbone, lr, tile, self.tile_overlaps()[0], out_scale=self.scale)
-
-    def denoise(self, x, tile=None):
-        """The denoiser on ``x`` (HR), on tiles of ``tile`` LR pixels when ``x`` is larger."""
-        s = self.scale
-        if tile is None or not needs_tiling(x, tile * s):
-            return self.denoiser(x)
-        return apply_tiled(self.denoiser, x, tile * s, self.tile_overlaps()[1] * s)
+            return self.frozen.estimate(lr, s.autocast_dtype, s.tile)
 
     def start_guess(self, x0, tile=None):
         """The learned start's guess of the fixed point from ``x0 = P_S(w)`` (HR; before projection), on tiles of
@@ -457,30 +156,6 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
     def start_point(self, x0, b, eps, tile=None, operator=None):
         """The learned start's guess from ``x0 = P_S(w)``, projected onto S: where a solve begins."""
         return self.measurement_operator(operator).project(self.start_guess(x0, tile), b, eps)
-
-    def optional_state_keys(self):
-        """Entries of ``state_dict()`` a checkpoint may lack: the saved record, the noise slope of beta (a layer saved
-        without one has slope 0), and the start's weights (a layer saved without a start keeps the one this arch was
-        built with)."""
-        optional = ('_extra_state', 'log_beta_slope')
-        return [k for k in self.state_dict() if k.endswith(optional) or k.startswith('start.')]
-
-    def fixed_point_map(self, w, b, eps, tile=None, operator=None, beta=None):
-        """F(z) for z = (x, lam) stacked on channels; closes over w, b, the parameters, the operator (default: the
-        layer's) and ``beta`` (a scalar or one per sample; default: the layer's without noise)."""
-        beta, rho, c = self.beta if beta is None else beta, self.rho, w.shape[1]
-        project = self.measurement_operator(operator).project
-
-        def f(z):
-            x, lam = z[:, :c], z[:, c:]
-            u = self.denoise(x + lam, tile)
-            x_new = project((beta * w + rho * (u - lam)) / (beta + rho), b, eps)
-            return torch.cat([x_new, lam + x_new - u], dim=1)
-
-        # eps > 0: the projection finds its multiplier with host-side Newton steps, which a CUDA
-        # graph cannot capture; eps = 0 (a python 0) is pure device work.
-        f.capturable = not torch.is_tensor(eps) and eps == 0
-        return f
 
     def fixed_point_problem(self, w, b, tile=None, x0=None, operator=None, noise_sigma=None):
         """(F, z0, eps) of one solve: the map on ``z = (x, lam)``, its start ``(x0, 0)`` and the radius.
@@ -505,13 +180,10 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         value, under the settings in force or this call's ``settings`` (changes as a dict, or a LayerSettings).
         ``info``: ``forward`` (SolverStats of the forward solve), ``backward`` (BackwardStatsHolder) and ``eps``.
 
-        ``b`` may be float64 (as :meth:`forward` passes it): the iterations run in ``w``'s dtype and
-        the final projection uses ``b`` at full precision, so the consistency of the output is not
-        limited by float32 rounding of ``b`` (about 1e-5 on a Set14-sized image).
-
-        Runs under ``allow_tf32`` itself, as :meth:`backbone_estimate` does: callers that compose the pieces
-        (``mcnet-sr``) get the arch's precision, not the process default (PyTorch enables TF32 for cuDNN
-        convolutions unless told otherwise, and TF32 keeps this solve from reaching a tight tolerance).
+        ``b`` may be float64 (as :meth:`run` passes it): the iterations run in ``w``'s dtype and the final projection
+        uses ``b`` at full precision, so the output's consistency is not limited by float32 rounding of ``b``.
+        Runs under ``allow_tf32`` itself, as :meth:`backbone_estimate` does: callers that compose the pieces get the
+        arch's precision, not the process default (TF32 keeps this solve from reaching a tight tolerance).
         """
         with self._call_settings(settings) as s, tf32(s.allow_tf32):
             return self._solve(w, b, self.measurement_operator(operator), noise_sigma, s)
@@ -533,65 +205,11 @@ class MCNetArch(FrozenBackboneMixin, nn.Module):
         beta = (self.beta if beta is None else beta).detach()
         return torch.lerp(z, fz, (self._settings.extrapolation * (beta + self.rho) / beta).to(z))
 
-    def consistent_output(self, x, b, eps, operator=None):
-        """The layer's output from the image part ``x`` of ``F(z)``: ``x`` projected once more in float64.
-
-        F already ended with P_S, but float32 rounding of that projection leaves ``||Ax - b||`` at ~1e-4 on a
-        256x256 LR image; projecting once more in float64 (with ``b`` at full precision) brings it to rounding of
-        the output itself (~1e-6). ``x`` is in S already, so this changes neither value nor gradient beyond rounding.
-        """
-        if x.dtype == torch.float64:
-            return x
-        return self.measurement_operator(operator).project(x.double(), b.double(), eps).to(x.dtype)
-
-    def forward(self, lr, operator=None, noise_sigma=None, info=None):
-        """The layer's output for LR ``lr`` (see the class); ``info``: a dict to receive what :meth:`run` returns
-        with the output."""
-        x, solved = self.run(lr, operator, noise_sigma)
-        if info is not None:
-            info.update(solved)
-        return x
-
     def run(self, lr, operator=None, noise_sigma=None, settings=None):
-        """``(output, info)``: :meth:`forward`'s output and what its solve did (``info`` as :meth:`solve` returns
+        """``(output, info)``: the layer's output and what its solve did (``info`` as :meth:`solve` returns
         it), under the settings in force or this call's ``settings`` (changes as a dict, or a LayerSettings)."""
-        if lr.dim() != 4 or lr.shape[1] not in (1, 3):
-            raise ValueError(f'MCNetArch expects LR images (N, 1 or 3, h, w); got shape {tuple(lr.shape)}.')
+        check_lr('MCNetArch', lr)
         operator = self.measurement_operator(operator)
-        infos = []
-
-        def solve_one(w_, b, op, sigma):
-            x, info = self.solve(w_, b, op, sigma)
-            infos.append(info)
-            return x
-
         with self._call_settings(settings):
             w, cbcr = self.backbone_estimate(lr)
-            x = self.solve_measured(solve_one, w, cbcr, lr, operator, noise_sigma)
-        return x, infos[0]
-
-    def solve_measured(self, solve, w, cbcr, lr, operator, noise_sigma):
-        """``solve(w, b, operator, noise_sigma)`` on what ``channels`` makes consistent, as an image like ``lr``.
-
-        ``w``, ``cbcr``: the estimate as :meth:`run_backbone` gives it (Y and chroma, or one channel and None).
-        ``channels: rgb`` (with RGB input): one problem per channel of the RGB estimate, the operator's samples
-        repeated for the channels; else on Y (the noise of Y being ``sigma * 0.574`` for noise ``sigma`` on each of
-        R, G, B) with the chroma of ``cbcr``.
-        """
-        if self.channels == 'rgb' and cbcr is not None:
-            c = lr.shape[1]
-            if torch.is_tensor(noise_sigma) and noise_sigma.dim() == 1:
-                noise_sigma = noise_sigma.repeat_interleave(c)
-            x = solve(fold_channels(self._image(w, cbcr)), fold_channels(lr.double()), repeat_samples(operator, c),
-                      noise_sigma)
-            return unfold_channels(x, c).to(lr.dtype)
-        if noise_sigma is not None and lr.shape[1] == 3:
-            noise_sigma = noise_sigma * _LUMA_NOISE
-        return self._image(solve(w, luma(lr.double()), operator, noise_sigma).to(lr.dtype), cbcr)
-
-    @staticmethod
-    def _image(x, cbcr):
-        """The layer's output from its Y ``x`` and the backbone's ``cbcr`` (None for one-channel input)."""
-        if cbcr is None:
-            return x
-        return ycbcr_to_rgb(torch.cat([x, cbcr], dim=1))
+            return self.solve_channels(w, cbcr, lr, operator, noise_sigma)

@@ -34,7 +34,7 @@ level for the others, unless ``--eps-rms``). ``--degradation NAME`` (a name of
 :data:`~mcnet_basicsr.ops.DEGRADATIONS`) or ``--kernel FILE`` (circular blur with the kernel, then the upper-left
 pixel of each s x s block: :class:`~mcnet_basicsr.ops.BlurDownsample`) give another ``A``; ``--noise SIGMA`` (on
 0..255) widens eps to ``sqrt(eps^2 + (SIGMA/255)^2 m)`` (m LR values; on Y the noise of Y,
-:meth:`MCNetArch.solve_measured`); ``--channels rgb`` (the default with another ``A``) makes each of R, G and B
+:meth:`MCNetArch.measured_problem`); ``--channels rgb`` (the default with another ``A``) makes each of R, G and B
 consistent, and the reported figures are then the largest of the three. The tool reports that
 number (``fidelity``) for the float result and for the written file (``fidelity_saved``): the Y of its
 RGB, which is the float result clipped to [0, 1] and rounded to 8/16 bit. To reproduce the LR image
@@ -346,9 +346,9 @@ def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
 
     Returns:
         dict: ``sr`` (float64 result, RGB or Y), ``y`` (its Y), ``w`` / ``cbcr`` (backbone estimate),
-        ``b`` (float64 LR Y), ``eps`` (of the solve), ``stats`` (SolverStats of the last solve), ``tiles`` (number
-        of tiles); over every channel's solve: ``iterations`` and ``residual`` (the largest), ``converged`` (every
-        solve reached its tolerance before its iteration cap).
+        ``b`` (float64 LR Y), ``eps`` (of the solve), ``stats`` (SolverStats of the solve: one sample per channel
+        with 'rgb'), ``tiles`` (number of tiles); over every channel: ``iterations`` and ``residual`` (the largest),
+        ``converged`` (every channel reached its tolerance before its iteration cap).
         With the layer's ``channels`` 'rgb' and colour input, R, G and B are each consistent, one solve per channel.
     """
     h, w = colour.shape[-2:]
@@ -359,29 +359,22 @@ def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
     lr = colour.float()
     operator = model.measurement_operator(operator)
     n_tiles = len(list(tiles(h, w, tile))) if needs_tiling(lr, tile) else 1
-    solved = {}
-
-    def solve(w_, b, op, sigma):
-        x, solved['info'] = model.solve(w_.float(), b, op, sigma)
-        solved.setdefault('all', []).append(solved['info']['forward'])  # one solve per channel with 'rgb'
-        # solve() ends with P_S in float64 but returns float32; one more exact P_S on the full image
-        # keeps the result in float64, so its consistency is not limited by float32 rounding.
-        solved['x'] = op.project(x.double(), b, solved['info']['eps'])
-        return solved['x']
 
     # the arch's own pieces, as its forward runs them (tiles included)
     with torch.no_grad(), model.settings(tile=tile):
         w_y, cbcr = model.backbone_estimate(lr)
         # on Y (b = Y of the float64 LR) or per channel, as the layer's channels say; float64 out from float64 LR
-        sr = model.solve_measured(solve, w_y, cbcr, colour.double(), operator, noise_sigma)
-        stats, eps = solved['info']['forward'], solved['info']['eps']
-        per_channel = model.channels == 'rgb' and cbcr is not None
-        y = luma(sr) if per_channel else solved['x']
-    every = solved['all']
+        w_, b, op, sigma = model.measured_problem(w_y, cbcr, colour.double(), operator, noise_sigma)
+        x, info = model.solve(w_.float(), b, op, sigma)
+        stats, eps = info['forward'], info['eps']
+        # solve() ends with P_S in float64 but returns float32; one more exact P_S on the full image
+        # keeps the result in float64, so its consistency is not limited by float32 rounding.
+        x = op.project(x.double(), b, eps)
+        sr = model.measured_image(x, cbcr, colour.double())
+        y = luma(sr) if model.per_channel(cbcr) else x
     return {'sr': sr, 'y': y, 'w': w_y, 'cbcr': cbcr, 'b': luma(colour.double()), 'eps': eps, 'stats': stats,
-            'tiles': n_tiles, 'iterations': max(int(st.iterations.max()) for st in every),
-            'residual': max(float(st.residual.max()) for st in every),
-            'converged': all(bool(st.converged.all()) for st in every)}
+            'tiles': n_tiles, 'iterations': int(stats.iterations.max()), 'residual': float(stats.residual.max()),
+            'converged': bool(stats.converged.all())}
 
 
 def crop_result(result, pad, scale):
@@ -516,7 +509,7 @@ def prepare_model(args, device, models=None):
     """The model the options ask for, on ``device``, with the command's consistency radius and channels (its solver
     settings: :func:`command_settings`)."""
     eps_rms = args.eps_rms if args.eps_rms is not None else default_eps_rms(args.backbone)
-    # channels 'rgb': the layer's own per-channel solve (MCNetArch.solve_measured)
+    # channels 'rgb': the layer's own per-channel solve (MCNetArch.measured_problem)
     model = get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone, cache=models,
                       eps_rms=eps_rms, channels=args.channels, family=args.layer_family)
     if args.tile is not None and global_ops(model.backbone):

@@ -127,7 +127,7 @@ def protocol_forward(net, consistent, lr, op, sigma, device):
     with torch.no_grad():
         if consistent:
             x = torch.from_numpy(usrnet_measurement(lr, sigma)[0]).permute(0, 3, 1, 2).to(device)
-            y = net(x, operator=op, noise_sigma=sigma or None, info=info)
+            y, info = net.run(x, operator=op, noise_sigma=sigma or None)
             residuals = (op(y.double()) - x.double()).flatten(2).norm(dim=2)
         elif type(net).__name__ in NON_BLIND:
             kernel = torch.from_numpy(np.array(op.kernel, dtype=np.float32)).to(device)

@@ -8,7 +8,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mcnet_basicsr.utils.color import rgb_to_ycbcr
 from mcnet_basicsr.utils.precision import tf32
-from .protocol_sr_model import ProtocolSRModel
+from .protocol_sr_model import ProtocolSRModel, ReportingRun
 
 
 def build_optimizer(optim_type, params, lr, **kwargs):
@@ -75,6 +75,8 @@ class MCNetModel(ProtocolSRModel):
         # DDP lists the parameters it reduces
         if getattr(net, 'start', None) is not None:
             net.start.requires_grad_(False)
+        if self.opt['dist']:
+            net = ReportingRun(net)  # DDP calls forward: the layer's run, so that a step reports what its solve did
         if self.opt['dist'] and self.device.type != 'cuda':  # BasicSR passes device_ids=[cuda device]
             return DistributedDataParallel(net.to(self.device),
                                            find_unused_parameters=self.opt.get('find_unused_parameters', False))
@@ -139,9 +141,9 @@ class MCNetModel(ProtocolSRModel):
         self.optimizer_g.zero_grad()
         # the arch scopes TF32 to its forward; the implicit backward solve runs in l_pix.backward(), so the whole
         # step runs under the arch's setting
-        self.solve_info = {}  # what the layer's solves did in this step (MCNetArch.forward's info)
         with tf32(self.get_bare_model(self.net_g).layer_settings.allow_tf32):
-            self.output = self.network_output(self.net_g, self.lq, self.solve_info)
+            # solve_info: what the layer's solves did in this step (MCNetArch.run's info)
+            self.output, self.solve_info = self.network_output(self.net_g, self.lq)
             t1 = self._mark()
             loss_dict = OrderedDict()
             l_pix = self.cri_pix(self._loss_view(self.output), self._loss_view(self.gt))

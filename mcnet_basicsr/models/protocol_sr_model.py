@@ -4,11 +4,29 @@ import torch
 from basicsr.models.sr_model import SRModel
 from basicsr.utils import get_root_logger
 from basicsr.utils.registry import MODEL_REGISTRY
+from torch import nn
+from torch.nn.parallel import DataParallel, DistributedDataParallel
 
 from mcnet_basicsr.metrics import image_metrics
 from mcnet_basicsr.ops import StackedOperator, build_degradation, build_operator
 from mcnet_basicsr.utils.paths import resolve_path
 from mcnet_basicsr.utils.precision import tf32
+
+
+class ReportingRun(nn.Module):
+    """A layer whose forward is its ``run``: ``(output, info)``.
+
+    DistributedDataParallel calls its module's forward (and syncs buffers and prepares the gradient reduction around
+    it), which returns a layer's image only; wrapped in this, the layer reports what its solve did through DDP too.
+    :meth:`ProtocolSRModel.get_bare_model` unwraps it, so checkpoints and EMA see the layer itself.
+    """
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, *args, **kwargs):
+        return self.layer.run(*args, **kwargs)
 
 
 @MODEL_REGISTRY.register()
@@ -19,7 +37,7 @@ class ProtocolSRModel(SRModel):
     before the output is quantised), and where the set has ground truth PSNR/SSIM with the output's Y rounded to
     uint8 (crop = scale; BasicSR's own metrics see the RGB-rounded output and read a little higher), the RGB-
     uint8 and float-Y PSNR; also the seconds the network took and, for networks that report solver statistics
-    (``forward(..., info=...)``), the iterations, whether the solve converged and its last residual. ``A`` is the
+    (``run``), the iterations, whether the solve converged and its last residual. ``A`` is the
     network's ``operator`` where it has one, else MATLAB bicubic at ``scale``.
 
     Validation logs ``psnr_y_uint8`` / ``ssim_y_uint8`` and ``fidelity_float`` (mean and max) per set and keeps the
@@ -58,16 +76,24 @@ class ProtocolSRModel(SRModel):
             out['noise_sigma'] = sigma.to(self.device, torch.float64)
         return out
 
-    def network_output(self, net, lq, info=None):
-        """``net(lq)``, told the batch's measurement where the network takes one; ``info``: a dict that networks
-        reporting what their solve did (MCNetArch and the consistent baselines) fill (``forward``'s ``info``)."""
+    def get_bare_model(self, net):
+        net = super().get_bare_model(net)
+        return net.layer if isinstance(net, ReportingRun) else net
+
+    def network_output(self, net, lq):
+        """``(output, info)`` of ``net`` on ``lq``, told the batch's measurement where the network takes one;
+        ``info`` is what the solve did for networks that report it (``run``: MCNetArch and the consistent baselines,
+        also inside DDP through :class:`ReportingRun`), else {}."""
         kwargs = {}
         measurement = getattr(self, 'measurement', {})
         if measurement and hasattr(net, 'measurement_operator'):
             kwargs.update(measurement)
-        if info is not None and hasattr(self.get_bare_model(net), 'run'):
-            kwargs['info'] = info  # empty: wrappers (DDP) pass an empty dict on as it is
-        return net(lq, **kwargs)
+        inner = net.module if isinstance(net, (DataParallel, DistributedDataParallel)) else net
+        if isinstance(inner, ReportingRun):
+            return net(lq, **kwargs)
+        if inner is net and hasattr(net, 'run'):
+            return net.run(lq, **kwargs)
+        return net(lq, **kwargs), {}
 
     def model_ema(self, decay=0.999):
         super().model_ema(decay)
@@ -114,9 +140,8 @@ class ProtocolSRModel(SRModel):
         net = getattr(self, 'net_g_ema', self.net_g)
         was_training = net.training
         net.eval()
-        self.solve_info = {}
         with torch.no_grad():
-            self.output = self.network_output(net, self.lq, self.solve_info)
+            self.output, self.solve_info = self.network_output(net, self.lq)
         net.train(was_training)
 
     def _synchronize(self):

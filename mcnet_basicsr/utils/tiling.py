@@ -55,11 +55,14 @@ def apply_tiled(fn, x, tile, overlap, out_scale=1):
     return tuple(outs) if is_tuple else outs[0]
 
 
-def mcnet_tile_overlaps(scale, backbone, backbone_input, denoiser):
-    """Overlaps in LR pixels (backbone, denoiser) that make every tile's core output of an MCNet exact."""
+def backbone_tile_overlap(scale, backbone, backbone_input):
+    """Overlap in LR pixels that makes every tile's core output of a backbone exact."""
     r_backbone = conv_radius(backbone)
     if backbone_input == 'upsampled':  # MATLAB bicubic upsampling reaches 2-3 LR pixels
-        ov_backbone = math.ceil(r_backbone / scale) + 4
-    else:  # convs on LR (HR convs after the upsampler counted as LR: an over-estimate)
-        ov_backbone = r_backbone + 2
-    return ov_backbone, math.ceil(conv_radius(denoiser) / scale) + 1
+        return math.ceil(r_backbone / scale) + 4
+    return r_backbone + 2  # convs on LR (HR convs after the upsampler counted as LR: an over-estimate)
+
+
+def denoiser_tile_overlap(scale, denoiser):
+    """Overlap in LR pixels that makes every tile's core output of a denoiser on HR images exact."""
+    return math.ceil(conv_radius(denoiser) / scale) + 1
