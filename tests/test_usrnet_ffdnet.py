@@ -195,7 +195,7 @@ def test_protocol_forward_tells_a_non_blind_network_the_kernel_scale_and_noise()
     assert sr.shape == (2, 15, 12, 3) and (sr == 128).all() and residuals is None and info == {}
 
 
-def test_usrnet_tiny_row_is_the_protocols_psnr(tmp_path, monkeypatch):
+def test_usrnet_tiny_row_is_the_protocols_psnr(tmp_path, monkeypatch, keep_tf32_flags):
     """The usrnet_tiny row (options/test_usrnet_tiny_x3.yml, the official weights as fetch_assets.py converts them) on
     x3 with noise 2.55: each image's PSNR is the one USRNet-tiny gives when called directly on the protocol's LR
     (scipy's circular blur of the uint8 HR, upper-left decimation, the noise of seed 0) with the kernel, the scale and
@@ -221,7 +221,6 @@ def test_usrnet_tiny_row_is_the_protocols_psnr(tmp_path, monkeypatch):
         kernels[0, i] = gaussian_kernel(25, 0.7 + 0.2 * i).astype(np.float32)
     scipy.io.savemat(tmp_path / 'data' / 'kernels' / 'kernels_12.mat', {'kernels': kernels})
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', torch.backends.cudnn.allow_tf32)  # build_row sets it
     measure(SimpleNamespace(rows=['usrnet_tiny'], families=['x3_n2.55'], kernels=[3], images=None, batch=1, tol=1e-5,
                             max_iter=200, device='cpu', data='data', out='k.json', time_limit=None, tf32=False))
     cell = json.loads((tmp_path / 'k.json').read_text())['cells']['usrnet_tiny|x3_n2.55|k3']
@@ -253,7 +252,7 @@ TABLE_K_IMAGES = 8  # the first CBSD68 images of the x4 / k1 cell (one batch): a
 @pytest.mark.slow
 @pytest.mark.skipif(not GPU_RECORD.is_file(), reason=f'needs the GPU record {GPU_RECORD.relative_to(REPO_ROOT)} '
                     '(USRNet-tiny on Table K, per image); absent here')
-def test_usrnet_tiny_reproduces_a_table_k_cell(tmp_path, monkeypatch):
+def test_usrnet_tiny_reproduces_a_table_k_cell(tmp_path, monkeypatch, keep_tf32_flags):
     """The usrnet_tiny row of scripts/kernel_table.py (its option file, the official weights as fetch_assets.py
     converts them, the protocol's LR) gives each of the first images of the x4 / k1 cell within 0.01 dB of the GPU
     record."""
@@ -267,7 +266,6 @@ def test_usrnet_tiny_reproduces_a_table_k_cell(tmp_path, monkeypatch):
     (tmp_path / 'options').symlink_to(REPO_ROOT / 'options')
     monkeypatch.chdir(tmp_path)
     out = tmp_path / 'k.json'
-    monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', torch.backends.cudnn.allow_tf32)  # build_row sets it
     measure(SimpleNamespace(rows=['usrnet_tiny'], families=['x4'], kernels=[1], images=TABLE_K_IMAGES, batch=8,
                             tol=1e-5, max_iter=200, device='cpu', data='datasets', out=str(out), time_limit=None,
                             tf32=False))
