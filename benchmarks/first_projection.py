@@ -11,7 +11,7 @@ projection would cost with a free eigensolver):
 
     python benchmarks/first_projection.py --types matlab-bicubic pil-bicubic pil-bilinear pil-lanczos torch-bicubic \\
         torch-bilinear cv2-area gaussian --scales 2 4 --processes 4 --threads 2 --given \\
-        --out docs/records/first_projection_fresh_cpu.json
+        --out benchmarks/records/first_projection_fresh_cpu.json
 
 Each cell is the median (and range) of ``--processes`` processes; eps > 0 is ``eps_from_rms(QUANTIZATION_EPS_RMS)``.
 Such times drift on a shared machine; ``--baseline DIR`` compares with the package of another checkout (a ``git

@@ -15,7 +15,7 @@ and noise:
 
 Y-PSNR with Y rounded to uint8, crop = scale (the recipes' validation), and the solver's mean iterations:
 
-    python benchmarks/kernel_prior_study.py --scales 2 3 4 --out docs/records/kernel_prior_study_set5_h200.json
+    python benchmarks/kernel_prior_study.py --scales 2 3 4 --out benchmarks/records/kernel_prior_study_set5_h200.json
 """
 import argparse
 import json
