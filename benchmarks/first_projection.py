@@ -71,8 +71,9 @@ def cell(values):
 
 
 def table(record):
-    """The record as docs/benchmarks.md's table: first projections with eps = 0 and eps > 0, the first eps > 0 one with
-    the eigenpairs given (``--given``), a later eps > 0 one, and the baseline's first projections (``--baseline``)."""
+    """The record as docs/benchmarks_operators.md's table: first projections with eps = 0 and eps > 0, the first
+    eps > 0 one with the eigenpairs given (``--given``), a later eps > 0 one, and the baseline's first projections
+    (``--baseline``)."""
     columns = [('eps = 0', 'first_eps0_ms'), ('eps > 0', 'first_eps_ms'),
                ('eps > 0, eigenpairs given', 'given_first_eps_ms'), ('a later eps > 0', 'second_eps_ms'),
                ('eps = 0, baseline', 'baseline_first_eps0_ms'), ('eps > 0, baseline', 'baseline_first_eps_ms')]

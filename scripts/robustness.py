@@ -24,7 +24,7 @@ distance to b. A number instead (``--eps-rms 0.002``) adds that variant on every
 
     python scripts/robustness.py                      # Set5 x2; SRCNN, RCAN, RCAN_compact pairs; GPU if present
     python scripts/robustness.py --quick              # first image, CPU, loose MCNet solver
-    python scripts/robustness.py --out benchmarks/records/robustness.json --out-md docs/results.md
+    python scripts/robustness.py --out benchmarks/records/robustness.json --out-md docs/robustness.md
 
 Pairs whose option files, weights or data are missing are reported as skipped, with the reason.
 ``--out`` writes {"dataset", "scale", "seed", "quick", "perturbations", "records", "skipped"};

@@ -67,9 +67,8 @@ def _host_array(shape):
     """An uninitialised float64 numpy array in memory that torch allocated, for the set-up's arrays of an axis length
     squared. numpy advises the kernel to back arrays of 4 MB and more with transparent huge pages (``madvise``); where
     the kernel's THP defrag setting is ``madvise`` (CI's 2-core machine type among others), the first fill of such an
-    array can then stall while the kernel compacts memory, longer than the arithmetic of a new size's set-up
-    (``docs/benchmarks.md``, "Projection set-up per image size"). torch's allocator gives no such advice, so these
-    arrays take ordinary pages."""
+    array can then stall while the kernel compacts memory, longer than the arithmetic of a new size's set-up. torch's
+    allocator gives no such advice, so these arrays take ordinary pages."""
     return torch.empty(shape, dtype=torch.float64).numpy()
 
 
@@ -128,7 +127,7 @@ def _dct2_pairs(gram, tol):
     """The DCT-II pairs of ``gram`` in ascending order, if that basis diagonalises it (:func:`_dct2_symbol`); else
     ``None``. The basis is written once, ``_DCT_BLOCK`` rows at a time, already in ascending order: only the returned
     matrix is memory of the basis' size (a new size's first projection touches it for the first time, which can cost
-    more than the arithmetic: docs/benchmarks.md, "Projection set-up per image size")."""
+    more than the arithmetic: docs/benchmarks_operators.md, "Projection set-up per image size")."""
     n = gram.shape[0]
     eigvals = _dct2_symbol(gram, tol)
     if eigvals is None:
@@ -197,11 +196,11 @@ def _eigh(matrix):
     torch's dense ``eigh``, also for the tridiagonal halves of the bilinear resizers: scipy's tridiagonal divide and
     conquer (``dstevd``) is faster alone, but its matrix products run on OpenBLAS' threads, which keep spinning for a
     while after it returns and slow torch's own threads in the rest of the set-up, so the set-up keeps to torch's
-    LAPACK and threads (``docs/benchmarks.md``, "Projection set-up per image size", has both measured).
+    LAPACK and threads (``docs/benchmarks_operators.md``, "Projection set-up per image size", has both measured).
     """
     eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(matrix))
     # LAPACK writes the vectors column by column; the host's sparse products of U^T M read U's rows, and would copy a
-    # column-major U once per block of rows (docs/benchmarks.md, "Projection set-up per image size")
+    # column-major U once per block of rows (docs/benchmarks_operators.md, "Projection set-up per image size")
     return eigvals.numpy(), eigvecs.contiguous().numpy()
 
 
@@ -395,7 +394,7 @@ class SeparableDownsample(DownsampleOperator):
             # would cost more than the rest of the set-up, and the matrix products take either layout at the same
             # speed. Sparse products of row blocks of M^T, each rounded to dtype as it is computed: the float64 matrix
             # (32 MB at LR 1024 x4) is never held whole, and memory a process touches for the first time can cost
-            # more than the product (docs/benchmarks.md, "Projection set-up per image size")
+            # more than the product (docs/benchmarks_operators.md, "Projection set-up per image size")
             rows = entry['sparse'].scipy().T.tocsr()
             eigvecs = entry['eigvecs'].numpy()
             out = torch.empty((rows.shape[0], eigvecs.shape[1]), dtype=dtype)
