@@ -164,7 +164,7 @@ def markdown(records, skipped, dataset, scale, seed, quick=False):
            'projection onto the perturbed b) unless the row says eps_rms.\n')
     if overrides:
         md += f'Option overrides: `{"`, `".join(overrides)}`.\n'
-    md += '\nPerturbations: ' + '; '.join(f'`{p}` {PERTURBATIONS[p]}' for p in perts) + '.\n'
+    md += '\nPerturbations:\n\n' + ''.join(f'- `{p}` {PERTURBATIONS[p]}\n' for p in perts)
     for key in dict.fromkeys(r['backbone'] for r in records):
         rows = [r for r in records if r['backbone'] == key]
         labels = list(dict.fromkeys(r['label'] for r in rows))
