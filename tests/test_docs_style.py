@@ -14,8 +14,9 @@ MAX_WORDS = 60
 URL = re.compile(r'https?://\S+|\]\([^)]*\)')
 CODE_SPAN = re.compile(r'`[^`]*`')
 LIST_ITEM = re.compile(r'^\s*(?:[-*+]|\d+\.)\s+')
-# a sentence ends at . ! or ? followed by space and a capital, a digit or an opening bracket or quote
-SENTENCE_END = re.compile(r'(?<=[.!?])\s+(?=[A-Z0-9(\["`])')
+# a sentence ends at . ! or ? (also inside bold: ``met.**``) followed by space and a capital, a digit, an opening
+# bracket or quote, or bold
+SENTENCE_END = re.compile(r'(?:(?<=[.!?])|(?<=[.!?]\*\*))\s+(?=[A-Z0-9(\["`*])')
 
 
 def paragraphs(text):
@@ -51,9 +52,10 @@ def sentences(text):
 
 def test_sentence_splitter():
     text = ('# Title\n\nOne two three. Four five (six).\n\n    python run.py --a. B c\n\n| a. B | c |\n\n'
-            '```\nx. Y z\n```\n- item one\n- item two. Next one\nsee https://x.org/a.B c and `a. B`.\n')
+            '```\nx. Y z\n```\n- item one\n- item two. Next one\nsee https://x.org/a.B c and `a. B`.\n\n'
+            '**Bold: met.** Then more. **Bold** too.\n')
     assert list(sentences(text)) == ['One two three.', 'Four five (six).', 'item one', 'item two.',
-                                     'Next one see c and CODE.']
+                                     'Next one see c and CODE.', '**Bold: met.**', 'Then more.', '**Bold** too.']
 
 
 def test_docs_has_no_records():
