@@ -19,7 +19,8 @@ Networks: ``options/test_mcnet_srcnn_x<s>.yml`` (``--srcnn official``: the conve
 ``test_mcnet_rcan_x<s>.yml``). Missing weights are an error, never a silent substitute. Configurations
 (``--configs``): see ``CONFIGS``; the reference ``paper_200`` is always measured first.
 
-    python benchmarks/benchmark.py --device cuda --out-json docs/records/benchmark_h100.json --out-md docs/benchmarks.md
+    python benchmarks/benchmark.py --device cuda --out-json benchmarks/records/benchmark_h100.json \
+        --out-md docs/benchmarks.md
 
 ``--quick`` runs every section on CPU with tiny inputs and few iterations (for the tests). Data:
 ``<data-root>/<Set>/HR_mod<s>`` and ``LR_bicubic/X<s>`` (scripts/prepare_datasets.py), or, with ``--hr-root``,

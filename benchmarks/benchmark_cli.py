@@ -4,7 +4,7 @@ Fresh processes, as a user runs the command (``--repeats`` times, medians report
 breakdown are :func:`cli_latency.measure_cli_latency`. The photo is scikit-image's astronaut
 (512 x 512, RGB; ``--size`` resizes it), so nothing needs downloading::
 
-    python benchmarks/benchmark_cli.py --device cuda --scale 2 --json docs/records/cli_latency_h100.json
+    python benchmarks/benchmark_cli.py --device cuda --scale 2 --json benchmarks/records/cli_latency_h100.json
 """
 import argparse
 import json

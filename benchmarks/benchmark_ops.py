@@ -23,7 +23,8 @@ per-iteration cost of the projection. ``--kernel FILE`` makes ``--types blur`` t
 ``--blur KERNEL_FILE [PHOTO_FOLDER]`` measures the ``blur`` operator instead (CPU, float32; ``--out``: its JSON record;
 what it holds: ``blur_benchmark.blur_record``):
 
-    python scripts/benchmark_ops.py --blur kernels_12.mat CBSD68/HR --scales 2 3 4 --out docs/records/blur_ops_cpu.json
+    python scripts/benchmark_ops.py --blur kernels_12.mat CBSD68/HR --scales 2 3 4 \
+        --out benchmarks/records/blur_ops_cpu.json
 """
 import argparse
 import json

@@ -13,7 +13,7 @@ For each: PSNR (RGB uint8, border s) over the image, over the band within ``2 r`
 kernel's radius) and inside it, and the residual against the *true* (symmetric-boundary) operator, RMS per LR value in
 uint8 levels, inside and in the LR band of ``ceil(2 r / s)`` pixels:
 
-    python benchmarks/blur_boundary.py --kernels 4 9 --out docs/records/blur_boundary_set5_x4_cpu.json
+    python benchmarks/blur_boundary.py --kernels 4 9 --out benchmarks/records/blur_boundary_set5_x4_cpu.json
 """
 import argparse
 import json

@@ -19,7 +19,7 @@ vectors orthogonal: the record gives ``max |U^T U - I|`` and the residual, besid
 column times one float64 product of two matrices of the size decomposed, the least that forming eigenvectors with one
 dense product costs:
 
-    python benchmarks/eigensolver_study.py --lr 1024 --threads 2 --out docs/records/eigensolver_study_cpu.json
+    python benchmarks/eigensolver_study.py --lr 1024 --threads 2 --out benchmarks/records/eigensolver_study_cpu.json
 """
 import argparse
 import json

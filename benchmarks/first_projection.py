@@ -11,7 +11,7 @@ projection would cost with a free eigensolver):
 
     python benchmarks/first_projection.py --types matlab-bicubic pil-bicubic pil-bilinear pil-lanczos torch-bicubic \\
         torch-bilinear cv2-area gaussian --scales 2 4 --processes 4 --threads 2 --given \\
-        --out docs/records/first_projection_fresh_cpu.json
+        --out benchmarks/records/first_projection_fresh_cpu.json
 
 Each cell is the median (and range) of ``--processes`` processes; eps > 0 is ``eps_from_rms(QUANTIZATION_EPS_RMS)``.
 Such times drift on a shared machine; ``--baseline DIR`` compares with the package of another checkout (a ``git
@@ -71,8 +71,9 @@ def cell(values):
 
 
 def table(record):
-    """The record as docs/benchmarks.md's table: first projections with eps = 0 and eps > 0, the first eps > 0 one with
-    the eigenpairs given (``--given``), a later eps > 0 one, and the baseline's first projections (``--baseline``)."""
+    """The record as docs/benchmarks_operators.md's table: first projections with eps = 0 and eps > 0, the first
+    eps > 0 one with the eigenpairs given (``--given``), a later eps > 0 one, and the baseline's first projections
+    (``--baseline``)."""
     columns = [('eps = 0', 'first_eps0_ms'), ('eps > 0', 'first_eps_ms'),
                ('eps > 0, eigenpairs given', 'given_first_eps_ms'), ('a later eps > 0', 'second_eps_ms'),
                ('eps = 0, baseline', 'baseline_first_eps0_ms'), ('eps > 0, baseline', 'baseline_first_eps_ms')]

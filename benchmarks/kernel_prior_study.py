@@ -1,6 +1,6 @@
 """What limits the kernel layers on blurred LR: their beta, or their prior? A study on the validation set.
 
-On USRNet's 12-kernel table (``docs/degradations.md``, Table K) PnP-ADMM with the 17-layer RealSN-DnCNN and no
+On USRNet's 12-kernel table (``docs/degradations_kernels.md``, Table K) PnP-ADMM with the 17-layer RealSN-DnCNN and no
 backbone (beta = 0) is above PAN's kernel layers (a DnCNN6 prior held near PAN's output by a learned beta) on the
 Gaussian kernels. Is it the prior or beta? Here, on the set the kernel recipes select on (Set5, LR made by the
 recipes' own kernel family, one seeded kernel and noise level per image: ``val`` of
@@ -15,7 +15,7 @@ and noise:
 
 Y-PSNR with Y rounded to uint8, crop = scale (the recipes' validation), and the solver's mean iterations:
 
-    python benchmarks/kernel_prior_study.py --scales 2 3 4 --out docs/records/kernel_prior_study_set5_h200.json
+    python benchmarks/kernel_prior_study.py --scales 2 3 4 --out benchmarks/records/kernel_prior_study_set5_h200.json
 """
 import argparse
 import json

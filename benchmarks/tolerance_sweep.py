@@ -17,7 +17,7 @@ standard start (each row's ``reference_psnr``); ``--no-start`` sweeps the standa
         --backbone-weights experiments/pretrained_models/imdn_x4.pth
 
 This is how ``mcnet-sr``'s default ``--tol`` per layer is chosen (the cards' ``tol`` in
-``mcnet_basicsr/zoo/models.yml``; docs/benchmarks.md, "Quality of mcnet-sr's default"). Data:
+``mcnet_basicsr/zoo/models.yml``; docs/benchmarks_cli.md, "Quality of mcnet-sr's default"). Data:
 ``scripts/prepare_datasets.py`` (``datasets/<set>/HR_mod<s>`` and ``datasets/<set>/LR_bicubic/X<s>``).
 """
 import argparse

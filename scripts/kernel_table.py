@@ -37,7 +37,7 @@ def parse_args(argv):
     p.add_argument('--data', default='datasets', help='folder with CBSD68/HR and kernels/kernels_12.mat')
     p.add_argument('--out', help='JSON record to write (rows are merged into an existing one)')
     p.add_argument('--render', nargs='+', metavar='JSON', help='print the table of records beside the published rows')
-    p.add_argument('--published', default=osp.join('docs', 'records', 'usrnet_table1_published.tsv'))
+    p.add_argument('--published', default=osp.join('benchmarks', 'records', 'usrnet_table1_published.tsv'))
     p.add_argument('--plot-dir', metavar='DIR', help='with --render: also a chart per family, DIR/kernel_table_<f>.png')
     p.add_argument('--crops', metavar='PNG', help='a figure of crops of --image under the first of --families and '
                    '--kernels: the LR, each of --rows, the ground truth')

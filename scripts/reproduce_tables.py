@@ -7,7 +7,7 @@ markdown file with the tables (the paper's numbers are not included: we do not h
 
     python scripts/reproduce_tables.py                 # all rows, x2/x3/x4, Set5 + Set14, GPU if present
     python scripts/reproduce_tables.py --quick         # smoke run: first Set5 image, x2, CPU, loose solvers
-    python scripts/reproduce_tables.py --from-json docs/records/results.json   # the tables from the records
+    python scripts/reproduce_tables.py --from-json benchmarks/records/results.json   # the tables from the records
 
 Record keys: method (bicubic | pnp | backbone | tvtv | mcnet), backbone (none | srcnn | rdn | rcan | imdn | pan),
 scale, dataset, psnr, ssim, fidelity (max ||Ax - b||_2 over the set, Y in [0, 1], float output),
@@ -80,7 +80,7 @@ def main(argv=None):
     parser.add_argument('--device', default='auto', choices=['auto', 'cpu', 'cuda'], help='ignored with --quick')
     parser.add_argument('--data-root', default='datasets', help='prepared data (the option files say datasets/)')
     parser.add_argument('--limit', type=int, help='first N images per dataset')
-    parser.add_argument('--out-json', default='docs/records/results.json')
+    parser.add_argument('--out-json', default='benchmarks/records/results.json')
     parser.add_argument('--out-md', default='docs/results_tables.md')
     parser.add_argument('--only', help='regular expression on the option file pattern: run only those rows')
     parser.add_argument('--set', action='append', default=[], metavar='REGEX:KEY.PATH=VALUE',

@@ -24,7 +24,7 @@ distance to b. A number instead (``--eps-rms 0.002``) adds that variant on every
 
     python scripts/robustness.py                      # Set5 x2; SRCNN, RCAN, RCAN_compact pairs; GPU if present
     python scripts/robustness.py --quick              # first image, CPU, loose MCNet solver
-    python scripts/robustness.py --out docs/records/robustness.json --out-md docs/results.md
+    python scripts/robustness.py --out benchmarks/records/robustness.json --out-md docs/robustness.md
 
 Pairs whose option files, weights or data are missing are reported as skipped, with the reason.
 ``--out`` writes {"dataset", "scale", "seed", "quick", "perturbations", "records", "skipped"};
@@ -164,7 +164,7 @@ def markdown(records, skipped, dataset, scale, seed, quick=False):
            'projection onto the perturbed b) unless the row says eps_rms.\n')
     if overrides:
         md += f'Option overrides: `{"`, `".join(overrides)}`.\n'
-    md += '\nPerturbations: ' + '; '.join(f'`{p}` {PERTURBATIONS[p]}' for p in perts) + '.\n'
+    md += '\nPerturbations:\n\n' + ''.join(f'- `{p}` {PERTURBATIONS[p]}\n' for p in perts)
     for key in dict.fromkeys(r['backbone'] for r in records):
         rows = [r for r in records if r['backbone'] == key]
         labels = list(dict.fromkeys(r['label'] for r in rows))

@@ -72,11 +72,11 @@ def shared_path(*parts):
 
 
 def resizer_table_records():
-    """Every Table R cell of ``docs/records/resizer_table_*.json`` as recorded, ``row|x<s>|resizer|set`` -> its dict
-    (``psnr``, ``per_image``, ...)."""
+    """Every Table R cell of ``benchmarks/records/resizer_table_*.json`` as recorded, ``row|x<s>|resizer|set`` -> its
+    dict (``psnr``, ``per_image``, ...)."""
     import json
     cells = {}
-    for path in (REPO_ROOT / 'docs' / 'records').glob('resizer_table_*.json'):
+    for path in (REPO_ROOT / 'benchmarks' / 'records').glob('resizer_table_*.json'):
         cells.update(json.loads(path.read_text())['cells'])
     return cells
 

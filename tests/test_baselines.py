@@ -330,10 +330,10 @@ def test_reproduce_tables_quick(tmp_path, monkeypatch):
 
 
 def test_tables_render_from_the_shipped_records(tmp_path):
-    """``reproduce_tables.py --from-json docs/records/results.json`` renders the numbers of docs/results_tables.md
+    """``reproduce_tables.py --from-json benchmarks/records/results.json`` renders the numbers of docs/results_tables.md
     (every table row; the skip list depends on which weights are here and is not compared)."""
     out_md = tmp_path / 'tables.md'
-    reproduce_tables.main(['--from-json', str(REPO_ROOT / 'docs' / 'records' / 'results.json'),
+    reproduce_tables.main(['--from-json', str(REPO_ROOT / 'benchmarks' / 'records' / 'results.json'),
                            '--out-json', str(tmp_path / 'r.json'), '--out-md', str(out_md)])
 
     def table_rows(text):

@@ -54,7 +54,7 @@ def test_kernel_table_cell_is_the_protocols_psnr_and_renders(data, monkeypatch, 
         sr = (up.clamp(0, 1) * 255).round().byte()[0].permute(1, 2, 0).numpy()
         psnrs.append(psnr_rgb_uint8(sr, hr, 9))
     assert cell['images'] == 2 and cell['psnr'] == pytest.approx(np.mean(psnrs), abs=1e-9)
-    published = REPO_ROOT / 'docs' / 'records' / 'usrnet_table1_published.tsv'
+    published = REPO_ROOT / 'benchmarks' / 'records' / 'usrnet_table1_published.tsv'
     table = render([str(out)], str(published))
     assert '| USRNet (published) | 27.16 | 27.76 |' in table and '| bicubic | - | ' in table
     # --tf32: cuDNN's convolutions only (the separable projections' matrix products stay float32), and the cells say so

@@ -39,9 +39,10 @@ def test_each_cell_runs_in_fresh_processes(tmp_path, monkeypatch):
 
 
 def test_docs_table_is_the_record_rendered():
-    """docs/benchmarks.md's fresh-process table is docs/records/first_projection_fresh_cpu.json rendered."""
+    """docs/benchmarks_operators.md's fresh-process table is benchmarks/records/first_projection_fresh_cpu.json
+    rendered."""
     root = Path(__file__).resolve().parents[1]
-    record = json.loads((root / 'docs' / 'records' / 'first_projection_fresh_cpu.json').read_text())
-    doc = (root / 'docs' / 'benchmarks.md').read_text().splitlines()
+    record = json.loads((root / 'benchmarks' / 'records' / 'first_projection_fresh_cpu.json').read_text())
+    doc = (root / 'docs' / 'benchmarks_operators.md').read_text().splitlines()
     missing = [line for line in first_projection.table(record).splitlines() if line not in doc]
     assert not missing, missing

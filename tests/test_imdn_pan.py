@@ -179,8 +179,9 @@ def test_mcnet_sr_on_imdn_and_pan(tmp_path, capsys):
 
 
 # Set5 Y-PSNR (tables' protocol: the output's Y rounded to uint8, crop = scale) of the shipped layers and of their
-# backbones alone, from docs/records/results.json (one H100; the CPU gives the same to 1e-4 dB). Tolerance 0.002 dB:
-# float32 convolutions on another machine move a solve at rel. 1e-6 by far less; a changed layer moves it by more.
+# backbones alone, from benchmarks/records/results.json (one H100; the CPU gives the same to 1e-4 dB). Tolerance
+# 0.002 dB: float32 convolutions on another machine move a solve at rel. 1e-6 by far less; a changed layer moves it
+# by more.
 SHIPPED_SET5 = {('imdn', 3): (34.3717, 34.3534), ('imdn', 4): (32.2196, 32.1968),
                 ('pan', 3): (34.4064, 34.4010), ('pan', 4): (32.1544, 32.1325)}
 

@@ -1,5 +1,5 @@
 """The model cards (``mcnet_basicsr/zoo/models.yml``) against what they describe: the shipped files, the backbone
-presets, the radius names, and the scores recorded for the tables (``docs/records/results.json``)."""
+presets, the radius names, and the scores recorded for the tables (``benchmarks/records/results.json``)."""
 import json
 import os
 
@@ -49,7 +49,7 @@ def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, s
     assert set(card) - {'degradations'} == {'layer', 'tol', 'extrapolation', 'cbsd68'}
     assert isinstance(card['tol'], float) and 0 < card['tol'] < 1 and isinstance(card['extrapolation'], float)
     assert mcnet_sr_cli.model_card(backbone, scale, 'kernels') == card
-    records = [json.loads(p.read_text()) for p in (REPO_ROOT / 'docs' / 'records').glob('kernel_table_*.json')]
+    records = [json.loads(p.read_text()) for p in (REPO_ROOT / 'benchmarks' / 'records').glob('kernel_table_*.json')]
     row = f'mcnet_{backbone}_kernels|x{scale}|'
     means = [sum(c['psnr'] for k, c in r['cells'].items() if k.startswith(row)) / 12 for r in records
              if sum(k.startswith(row) for k in r['cells']) == 12]
@@ -132,7 +132,7 @@ def test_radius_names_are_the_package_constants():
 @pytest.mark.parametrize('backbone, scale', [(b, s) for b, s, _ in CARDS])
 def test_scores_are_the_recorded_tables(backbone, scale):
     """Each card's Set5/Set14 [PSNR, SSIM] is its row of the tables' records, rounded as docs/results.md prints it."""
-    records = json.loads((REPO_ROOT / 'docs' / 'records' / 'results.json').read_text())
+    records = json.loads((REPO_ROOT / 'benchmarks' / 'records' / 'results.json').read_text())
     row = RECORD_ROW[MODELS['backbones'][backbone]['scored_on']](backbone)
     card = model_card(backbone, scale)
     for dataset in ('Set5', 'Set14'):

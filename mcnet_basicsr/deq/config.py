@@ -26,7 +26,7 @@ PRESETS = {
     # the tables (test option files): the output at the converged fixed point, reported with the numbers
     'tables': {'tol': 1e-6, 'max_iter': 300},
     # build_pretrained_mcnet and mcnet-sr (which sets each model's tol from its card, mcnet_basicsr/zoo/models.yml):
-    # near 'tables' at a fraction of the iterations (docs/benchmarks.md)
+    # near 'tables' at a fraction of the iterations
     'fast': {'tol': 1e-4},
     # the paper's setting: rel. residual 1e-5 or 200 iterations
     'paper': {'max_iter': 200},
@@ -67,7 +67,8 @@ class SolverConfig:
             only: a backward solve runs autograd, which cannot be captured this way.
             The captures of a device share one memory pool, reserved between
             solves (``release_cuda_graph_memory`` hands it back). In training a
-            step gains little (docs/benchmarks.md). Default: False.
+            step gains little: the eager backward solve dominates it.
+            Default: False.
     """
 
     solver: str = 'anderson'

@@ -120,7 +120,7 @@ class _CaptureResources:
     A capture allocates from a private pool that only the graphs recorded into it can use, and PyTorch
     gives a pool's memory back only once all of its graphs are gone *and* the cache is emptied. A new pool
     per solve therefore kept every finished solve's memory reserved: training with graphs grew with every
-    step until a capture ran out of memory (docs/benchmarks.md, "Training"). A new side stream per capture
+    step until a capture ran out of memory. A new side stream per capture
     added a cuBLAS workspace each time (allocated inside the capture, cached per stream for the life of
     the process).
 

@@ -18,7 +18,7 @@ uint8 by ``tensor2img``, then Y in float: what BasicSR's own validation prints; 
 "psnr_float_y" (the float output's Y, not quantised; the paper's secondary protocol). "converged" is the
 fraction of images whose forward solve reached the option file's tolerance and "residual_max" the largest
 relative residual returned; both are None for methods that run a fixed number of iterations (PnP, TV-TV) or none.
-Older records (docs/records/) may have the RGB-uint8 numbers under "psnr"/"ssim" and lack the convergence keys.
+Older records (benchmarks/records/) may have the RGB-uint8 numbers under "psnr"/"ssim" and lack the convergence keys.
 """
 import contextlib
 import copy

@@ -215,5 +215,9 @@ def markdown(records, skipped, quick=False):
     if checks and not quick:
         md += '\n## Acceptance checks\n\n' + ''.join(f'- {line}\n' for line in checks)
     if skipped:
-        md += '\n## Skipped\n\n' + ''.join(f'- {label} x{s}: {reason}\n' for label, s, reason in skipped)
+        # one line per row (its scales' reasons joined), so that the page stays short
+        by_label = {}
+        for label, s, reason in skipped:
+            by_label.setdefault(label, []).append(f'x{s}: {reason}')
+        md += '\n## Skipped\n\n' + ''.join(f'- {label}: {"; ".join(v)}\n' for label, v in by_label.items())
     return md

@@ -127,8 +127,7 @@ class DenoiserModel(SRModel):
         A BatchNorm right after a scaled convolution (RealSN-DnCNN) gets its running statistics
         scaled with it (mean by the factor, variance by its square): its input shrank by that factor,
         and statistics left at the old scale make the eval-mode network a different function from
-        the one trained (a DnCNN17 whose training loss matched validated as the identity; docs/benchmarks.md,
-        "Measurements behind implementation choices")."""
+        the one trained (a DnCNN17 whose training loss matched validated as the identity)."""
         net = self.get_bare_model(self.net_g if net is None else net)
         dncnns = [m for m in net.modules() if isinstance(m, DnCNN) and m.spectral_norm]
         for dncnn in dncnns:

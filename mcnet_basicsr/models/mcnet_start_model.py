@@ -17,7 +17,7 @@ class MCNetStartModel(MCNetModel):
     guess ``P_S(g(x0))``, ``x0 = P_S(w)``, and that fixed point ``x*`` on Y. The default target solver is the
     ``train`` preset (rel. tol 1e-5). A target stopped there still misses the fixed point by part of the standard
     start's error, yet targets at 1e-6 gave a start no better after the same number of steps at a multiple of the
-    step time, so the time is better spent on steps (``docs/benchmarks.md``). The ground truth is not used: the start
+    step time, so the time is better spent on steps. The ground truth is not used: the start
     learns where the layer goes, so the layer's output does not change, only the iterations it takes (validation
     reports them at ``network_g.settings.solver.forward``, with the PSNR). The log carries ``gap``,
     ``||P_S(g(x0)) - x*|| / ||x0 - x*||``: the part of the standard start's error the guess leaves (1 for the identity

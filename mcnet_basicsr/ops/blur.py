@@ -29,7 +29,7 @@ that noise amplified. Components with ``d(v) <= floor * max(d)`` (per kernel) ar
 the projection does not correct them (the pseudo-inverse of ``A A^T`` drops them), so ``A P(x) = b`` holds exactly
 on every other component and the residual left is the (tiny) part of ``A x - b`` on those. With ``eps > 0`` the ball
 constrains the residual on the kept components: ``P(x) = x`` when that part is within ``eps``. The default was chosen
-on USRNet's 12 kernels at x2-x4 (``docs/records/blur_ops_cpu.json``).
+from the aliased spectra of USRNet's 12 kernels at x2-x4 (their min d / max d and float32 feasibility).
 
 Cached per (HR size, dtype, device), in a small LRU on the instance: the polyphase spectra ``G_pq`` (products of the
 taps' phase tables, in the input's dtype on its device: no FFT of a padded kernel) and ``d`` (float64, the LR DFT of

@@ -66,10 +66,9 @@ _INVERSE_BLOCK = 128
 def _host_array(shape):
     """An uninitialised float64 numpy array in memory that torch allocated, for the set-up's arrays of an axis length
     squared. numpy advises the kernel to back arrays of 4 MB and more with transparent huge pages (``madvise``); where
-    the kernel's THP defrag setting is ``madvise`` (CI's 2-core machine type among others), the first fill of such an
-    array can then stall while the kernel compacts memory, longer than the arithmetic of a new size's set-up
-    (``docs/benchmarks.md``, "Projection set-up per image size"). torch's allocator gives no such advice, so these
-    arrays take ordinary pages."""
+    the kernel's THP defrag setting is ``madvise``, the first fill of such an
+    array can then stall while the kernel compacts memory, longer than the arithmetic of a new size's set-up. torch's
+    allocator gives no such advice, so these arrays take ordinary pages."""
     return torch.empty(shape, dtype=torch.float64).numpy()
 
 
@@ -128,7 +127,7 @@ def _dct2_pairs(gram, tol):
     """The DCT-II pairs of ``gram`` in ascending order, if that basis diagonalises it (:func:`_dct2_symbol`); else
     ``None``. The basis is written once, ``_DCT_BLOCK`` rows at a time, already in ascending order: only the returned
     matrix is memory of the basis' size (a new size's first projection touches it for the first time, which can cost
-    more than the arithmetic: docs/benchmarks.md, "Projection set-up per image size")."""
+    more than the arithmetic)."""
     n = gram.shape[0]
     eigvals = _dct2_symbol(gram, tol)
     if eigvals is None:
@@ -156,7 +155,7 @@ def _gram_eigenpairs(gram, dense_fallback=True):
     A shift-invariant symmetric filter sampled with half-sample symmetric boundaries on both grids (MATLAB
     bicubic and box at an integer scale) gives ``M M^T = C diag(s) C^T`` with C the DCT-II basis
     (:func:`_dct2_basis`): then the pairs cost O(n^2) (writing the basis) instead of the O(n^3) of a dense
-    eigendecomposition, which took 0.3-0.5 s at n = 1024 on one CPU core. The DCT pairs are used when ``M M^T`` is,
+    eigendecomposition, which would dominate a new size's set-up at n = 1024. The DCT pairs are used when ``M M^T`` is,
     entry by entry to ``64 eps_64 ||M M^T||_inf``, the matrix that the DCT-II diagonalises (:func:`_dct2_symbol`), i.e.
     when they are eigenpairs to float64 rounding, as exact as LAPACK's (C is orthonormal to rounding by construction);
     any other operator (e.g. a Gaussian centred on a pixel, or with an offset, whose entries differ by ~1e-2) gets
@@ -197,11 +196,11 @@ def _eigh(matrix):
     torch's dense ``eigh``, also for the tridiagonal halves of the bilinear resizers: scipy's tridiagonal divide and
     conquer (``dstevd``) is faster alone, but its matrix products run on OpenBLAS' threads, which keep spinning for a
     while after it returns and slow torch's own threads in the rest of the set-up, so the set-up keeps to torch's
-    LAPACK and threads (``docs/benchmarks.md``, "Projection set-up per image size", has both measured).
+    LAPACK and threads.
     """
     eigvals, eigvecs = torch.linalg.eigh(torch.from_numpy(matrix))
     # LAPACK writes the vectors column by column; the host's sparse products of U^T M read U's rows, and would copy a
-    # column-major U once per block of rows (docs/benchmarks.md, "Projection set-up per image size")
+    # column-major U once per block of rows
     return eigvals.numpy(), eigvecs.contiguous().numpy()
 
 
@@ -395,7 +394,7 @@ class SeparableDownsample(DownsampleOperator):
             # would cost more than the rest of the set-up, and the matrix products take either layout at the same
             # speed. Sparse products of row blocks of M^T, each rounded to dtype as it is computed: the float64 matrix
             # (32 MB at LR 1024 x4) is never held whole, and memory a process touches for the first time can cost
-            # more than the product (docs/benchmarks.md, "Projection set-up per image size")
+            # more than the product
             rows = entry['sparse'].scipy().T.tocsr()
             eigvecs = entry['eigvecs'].numpy()
             out = torch.empty((rows.shape[0], eigvecs.shape[1]), dtype=dtype)
@@ -451,8 +450,8 @@ class SeparableDownsample(DownsampleOperator):
     def _gram_inverse(self, length, device, gemm=None, dtype=torch.float64):
         """``(M M^T)^{-1}`` in ``dtype`` on ``device``, rounded once from float64. ``gemm`` (default: on
         accelerators): where the DCT pairs diagonalise ``M M^T``, ``(U / s) U^T`` by one float64 product on the device,
-        instead of the host's banded solve for every column (:meth:`_banded_inverse`), which cost 45-50 ms at LR 1024
-        on an H100 machine's CPU core against about 25 ms for the pairs and the product. The CPU keeps the banded solve
+        instead of the host's banded solve for every column (:meth:`_banded_inverse`), which at LR 1024 takes about
+        twice as long as the pairs and the product. The CPU keeps the banded solve
         (there the O(length^3) product is the dearer one), as does an operator without DCT pairs."""
         if device.type != 'cpu' if gemm is None else gemm:
             entry = self._axis_spectrum(length, dense_fallback=False)

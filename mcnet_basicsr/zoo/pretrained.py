@@ -185,7 +185,8 @@ def model_zoo_table():
 
 def kernel_layers_table():
     """The cards of the layers trained on blur kernels (the cards' ``kernels``) as a Markdown table (str): backbone,
-    scale, file, and the mean RGB PSNR on USRNet's 12 kernels (CBSD68, noise-free; docs/degradations.md, Table K)."""
+    scale, file, and the mean RGB PSNR on USRNet's 12 kernels (CBSD68, noise-free; docs/degradations_kernels.md,
+    Table K)."""
     rows = ['| model (`mcnet-sr --backbone ... --kernel`) | scale | layer | CBSD68, 12 kernels, PSNR (RGB) |',
             '|---|---|---|---|']
     for key, entry in MODELS['backbones'].items():
@@ -197,7 +198,7 @@ def kernel_layers_table():
 def resizer_layers_table():
     """The layers mcnet-sr runs for LR made by resizers (the cards with ``degradations``: those trained on resizers
     and on blur kernels) as a Markdown table (str): backbone, scale, file, what it was trained for, the resizers
-    mcnet-sr runs it for and its Y-PSNR on CBSD68 LR made by each (docs/degradations.md, Table R)."""
+    mcnet-sr runs it for and its Y-PSNR on CBSD68 LR made by each (docs/degradations_resizers.md, Table R)."""
     rows = ['| model (`mcnet-sr --backbone ... --degradation`) | scale | layer | trained for | CBSD68 PSNR (Y) per '
             'resizer |', '|---|---|---|---|---|']
     for key, entry in MODELS['backbones'].items():
