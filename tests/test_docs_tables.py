@@ -10,8 +10,9 @@ import pytest
 from conftest import REPO_ROOT, same_operator_resizers
 from mcnet_basicsr.evaluation.kernel_table import render
 
-# docs/degradations.md and the pages of its tables (Table K, Table R, the layers for resizers)
+# docs/degradations.md and the pages of its tables (Table K, Table R, the layers for resizers, the kernel priors)
 DOCS = [REPO_ROOT / 'docs' / f'degradations{page}.md' for page in ('', '_kernels', '_resizers', '_resizer_layers')]
+DOCS.append(REPO_ROOT / 'docs' / 'kernel_priors.md')
 RECORDS = REPO_ROOT / 'benchmarks' / 'records'
 
 
@@ -123,3 +124,55 @@ def test_beta_or_prior_table_is_its_record():
         assert values == [f'{record[s][name]["psnr"]:.2f}' for s in ('x2', 'x3', 'x4')], line
         rows.append(name)
     assert sorted(rows) == sorted(record['x2'])
+
+
+# the prior study's tables (docs/kernel_priors.md): row label -> (record, method of the record)
+PRIOR_ROWS = {
+    'USRNet-tiny alone': ('prior_study_set5_h100.json', 'usrnet_tiny'),
+    'USRNet-tiny, projected exactly onto the ball': ('prior_study_set5_h100.json', 'proj(usrnet_tiny)'),
+    'PnP, 24 steps of the colour FFDNet from bicubic upsampling, untrained': ('prior_study_set5_h100.json',
+                                                                              'pnp_ffdnet_bicubic'),
+    'MCNet + USRNet-tiny, colour FFDNet, beta 3, sp 5 / 255, untrained': ('prior_study_set5_h100.json',
+                                                                          'layer_ffdnet_usrnet beta=3 sp=5'),
+    'the same, trained 3 minutes (302 steps) from there': ('prior_study_set5_probe_beta3_h100.json', 'layer_trained'),
+}
+PRIOR_FAMILIES = ('x2', 'x3', 'x3_n2.55', 'x3_n7.65', 'x4')
+
+
+def _table_after(lines, header):
+    start = lines.index(header)
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith('| '):
+            break
+        label, *values = [p.strip() for p in line.strip('|').split('|')]
+        rows.append((label, values))
+    return rows
+
+
+def _mean(record, method, family):
+    results = json.loads((RECORDS / record).read_text())['results']
+    return f'{sum(results[method][family]["psnr"]) / len(results[method][family]["psnr"]):.2f}'
+
+
+def test_kernel_priors_tables_are_their_records():
+    """Every PSNR of the prior study's tables in docs/kernel_priors.md is its record's mean to two decimals: the Set5
+    table, the beta x level grid and the Table K means."""
+    lines = (REPO_ROOT / 'docs' / 'kernel_priors.md').read_text().splitlines()
+    rows = _table_after(lines, '| Set5, family kernels | x2 | x3 | x3, 2.55 | x3, 7.65 | x4 |')
+    assert [label for label, _ in rows] == list(PRIOR_ROWS)
+    for label, values in rows:
+        record, method = PRIOR_ROWS[label]
+        assert values == [_mean(record, method, f) for f in PRIOR_FAMILIES], label
+    grid = _table_after(lines, '| beta, sp (/ 255) | x2 | x3 | x3, 2.55 | x3, 7.65 | x4 |')
+    assert len(grid) >= 6
+    for label, values in grid:
+        beta, sp = (v.strip() for v in label.split(','))
+        method = f'layer_ffdnet_usrnet beta={float(beta):g} sp={float(sp):g}'
+        assert values == [_mean('prior_study_set5_h100.json', method, f) for f in PRIOR_FAMILIES], label
+    table_k = _table_after(lines, '| Table K, row means (CBSD68, 12 kernels) | x2 | x3 | x3, 2.55 | x3, 7.65 |')
+    methods = {'USRNet-tiny alone': 'usrnet_tiny',
+               'MCNet + USRNet-tiny, colour FFDNet, untrained': 'layer_ffdnet_usrnet beta=3 sp=5'}
+    assert [label for label, _ in table_k] == list(methods)
+    for label, values in table_k:
+        assert values == [_mean('prior_study_table_k_h100.json', methods[label], f) for f in PRIOR_FAMILIES[:4]]
