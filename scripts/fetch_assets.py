@@ -1,6 +1,6 @@
 """Fetch the third-party data sets and weights listed in mcnet_basicsr/zoo/assets.yml, with checksums.
 
-    python scripts/fetch_assets.py                      # everything (about 90 MB), from GitHub
+    python scripts/fetch_assets.py                      # everything (about 130 MB), from GitHub
     python scripts/fetch_assets.py Set5 Set14 srcnn_955_imagenet
     python scripts/fetch_assets.py --from /path/to/copy # copy from a local folder instead (layout: the
                                                         # manifest's `mirror` paths, e.g. datasets/Set5/HR/)

@@ -73,3 +73,39 @@ def test_no_sentence_over_60_words(page):
     long = [(len(s.split()), s[:80]) for s in sentences(page.read_text(encoding='utf-8'))
             if len(s.split()) > MAX_WORDS]
     assert not long, f'{page.name}: {len(long)} sentences over {MAX_WORDS} words: {long}'
+
+
+def test_readme_is_short_and_plain():
+    """The README: at most 160 lines, no sentence over 60 words."""
+    text = (REPO_ROOT / 'README.md').read_text(encoding='utf-8')
+    assert len(text.splitlines()) <= 160
+    long = [(len(s.split()), s[:80]) for s in sentences(text) if len(s.split()) > MAX_WORDS]
+    assert not long, long
+
+
+def test_readme_degradation_table_is_the_docs_numbers():
+    """Every number of the README's table of known degradations stands in the row means of docs' Table K / Table R
+    (CBSD68, x4) for its row: IMDN alone, the best shipped IMDN layer, USRNet-tiny."""
+    readme = (REPO_ROOT / 'README.md').read_text(encoding='utf-8').splitlines()
+    start = readme.index('| LR made by | IMDN alone | MCNet + IMDN, told A | USRNet-tiny (told the kernel) |')
+    rows = {}
+    for line in readme[start + 2:]:
+        if not line.startswith('| '):
+            break
+        label, *cells = [c.strip() for c in line.strip('|').split('|')]
+        rows[label] = [c.split(' / ') for c in cells]
+    kernels = (DOCS / 'degradations_kernels.md').read_text().split('**x4, noise 0**')[1].split('\n\n')[1]
+    means = {line.split('|')[1].strip(): line.strip('|').split('|')[-1].strip() for line in kernels.splitlines()[2:]}
+    assert rows["USRNet's 12 blur kernels"] == [[means['imdn']], [means['mcnet_imdn_kernels']], [means['usrnet_tiny']]]
+    resizers = (DOCS / 'degradations_resizer_layers.md').read_text().split('| x4, CBSD68 |')[1].split('\n\n')[0]
+    header = [c.strip() for c in resizers.splitlines()[0].strip().strip('|').split('|')]
+    table = {line.strip('|').split('|')[0].strip(): dict(zip(header, [c.strip() for c in
+                                                                      line.strip('|').split('|')[1:]]))
+             for line in resizers.splitlines()[2:] if line.startswith('| ')}
+    for label, names in (('`cv2-area` / `cv2-linear` / `cv2-cubic`', ['cv2-area', 'cv2-linear', 'cv2-cubic']),
+                         ('`pil-bicubic`', ['pil-bicubic'])):
+        alone, layer, _ = rows[label]
+        assert alone == [table['IMDN alone'][n] for n in names]
+        best = [max(float(row[n]) for name, row in table.items() if name.startswith('MCNet + IMDN') and row[n] != '-')
+                for n in names]
+        assert layer == [f'{b:.2f}' for b in best]
