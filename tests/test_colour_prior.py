@@ -19,7 +19,7 @@ from mcnet_basicsr.ops import build_operator
 
 DT = torch.float64
 DATA = Path(__file__).resolve().parent / 'data'
-TINY_FFDNET = {'type': 'FFDNet', 'num_feat': 16, 'num_layer': 3, 'level': 0.02}
+TINY_FFDNET = {'arch': 'FFDNet', 'num_feat': 16, 'num_layer': 3, 'level': 0.02}
 
 
 def kernel(shape=(5, 3), seed=0):
@@ -89,20 +89,20 @@ def test_level_function_values():
 
 
 def test_denoiser_options():
-    """type and level come out of the network's options; the level needs a prior told it, and a colour prior RGB."""
-    opt = DenoiserOptions.from_options('denoiser', {'type': 'FFDNet', 'level': 0.02, 'num_feat': 8, 'path': 'f.pth'})
+    """arch and level come out of the network's options; the level needs a prior told it, and a colour prior RGB."""
+    opt = DenoiserOptions.from_options('denoiser', {'arch': 'FFDNet', 'level': 0.02, 'num_feat': 8, 'path': 'f.pth'})
     assert opt == DenoiserOptions({'num_feat': 8}, 'f.pth', 'FFDNet', 0.02)
     assert DenoiserOptions.from_options('denoiser', {'depth': 6}) == DenoiserOptions({'depth': 6})
     with pytest.raises(ValueError, match='level must be a number > 0'):
-        DenoiserOptions.from_options('denoiser', {'type': 'FFDNet', 'level': 0})
+        DenoiserOptions.from_options('denoiser', {'arch': 'FFDNet', 'level': 0})
     with pytest.raises(ValueError, match='DnCNN denoises at one noise level'):
         colour_layer(denoiser={'level': 0.02})
     with pytest.raises(ValueError, match='give denoiser level'):
-        colour_layer(denoiser={'type': 'FFDNet'})
+        colour_layer(denoiser={'arch': 'FFDNet'})
     with pytest.raises(ValueError, match='needs channels: rgb'):
         colour_layer(channels='y')
     with pytest.raises(ValueError, match='neither DnCNN nor a prior told its level'):
-        colour_layer(denoiser={'type': 'SRCNN', 'level': 0.02})
+        colour_layer(denoiser={'arch': 'SRCNN', 'level': 0.02})
 
 
 def test_colour_layer_checkpoint_loads_strictly(tmp_path):

@@ -19,7 +19,7 @@ class FFDNet(nn.Module):
     (a float, or one per sample as an (N,) or (N, 1, 1, 1) tensor; [0, 1] units). Odd sides are padded (replicate)
     and cropped back.
 
-    As MCNetArch's prior (``denoiser: {type: FFDNet, level, path}``): ``takes_level`` tells the layer to give it its
+    As MCNetArch's prior (``denoiser: {arch: FFDNet, level, path}``): ``takes_level`` tells the layer to give it its
     level, and ``colour`` whether it denoises R, G and B together (``in_ch`` 3).
 
     Args:

@@ -80,17 +80,17 @@ class NetworkWeights:
 
 @dataclass(frozen=True)
 class DenoiserOptions(NetworkWeights):
-    """MCNetArch's ``denoiser`` option: the prior R, ``{type, level, <the network's own options>, path}``.
+    """MCNetArch's ``denoiser`` option: the prior R, ``{arch, level, <the network's own options>, path}``.
 
     Attributes:
-        type (str): A registered arch: 'DnCNN' (``R(x)``, one noise level) or a prior told its noise level,
+        arch (str): A registered arch: 'DnCNN' (``R(x)``, one noise level) or a prior told its noise level,
             ``forward(x, level)`` (its class has ``takes_level = True``; 'FFDNet'). Default: 'DnCNN'.
         level (float | None): A prior told its level: the initial level ``sp`` without LR noise (images in [0, 1]),
             from which the layer learns ``level(sigma) = sqrt(exp(2 a) + exp(2 c) sigma^2)``, ``a = log(sp)``,
             ``c = 0`` at the start. Required for such a prior, refused for DnCNN. Default: None.
     """
 
-    type: str = 'DnCNN'
+    arch: str = 'DnCNN'
     level: Optional[float] = None
 
     def __post_init__(self):

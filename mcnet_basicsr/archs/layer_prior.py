@@ -45,10 +45,10 @@ class PriorLevel(nn.Module):
 def build_prior(options):
     """``(R, level)`` of a :class:`~mcnet_basicsr.archs.layer_options.DenoiserOptions`: the network with its
     weights, and its :class:`PriorLevel` (None for a DnCNN, which is not told a level)."""
-    if options.type == 'DnCNN':
+    if options.arch == 'DnCNN':
         if options.level is not None:
             raise ValueError(f'DnCNN denoises at one noise level; denoiser level {options.level!r} is for a prior '
-                             'told its level (type: FFDNet).')
+                             'told its level (arch: FFDNet).')
         if options.options.get('batch_norm'):
             # BN in training mode makes F depend on the batch (no fixed point per image), and BN's
             # scale is not bounded, so the contraction argument is lost: PnP baseline only.
@@ -59,14 +59,36 @@ def build_prior(options):
             load_dncnn(net, options.path)
         net.auto_update_spectral_norm = False  # updated once per solve: MCNetArch.fixed_point_problem
         return net, None
-    cls = ARCH_REGISTRY.get(options.type)
+    cls = ARCH_REGISTRY.get(options.arch)
     if not getattr(cls, 'takes_level', False):
-        raise ValueError(f'denoiser type {options.type!r} is neither DnCNN nor a prior told its level (a class with '
+        raise ValueError(f'denoiser arch {options.arch!r} is neither DnCNN nor a prior told its level (a class with '
                          'takes_level = True and forward(x, level), e.g. FFDNet).')
     if options.level is None:
-        raise ValueError(f'The prior {options.type} is told its level: give denoiser level, its level without LR '
+        raise ValueError(f'The prior {options.arch} is told its level: give denoiser level, its level without LR '
                          'noise (e.g. 0.0196 = 5 / 255).')
     net = cls(**options.options)
     if options.path is not None:
         load_network(net, options.path)
     return net, PriorLevel(options.level)
+
+
+class PriorMixin:
+    """For a layer holding the prior of :func:`build_prior` in ``denoiser`` and ``prior_level``: whether it solves R,
+    G and B together, the level it tells the prior, and the refresh of a DnCNN's spectral normalisation."""
+
+    @property
+    def joint_channels(self):
+        """Whether a colour prior solves R, G and B together (see :class:`~mcnet_basicsr.archs.layer_core.
+        ConsistentLayer`)."""
+        return getattr(self.denoiser, 'colour', False)
+
+    def level_at(self, noise_sigma=None):
+        """The level a prior told its level is given for samples with LR noise of std ``noise_sigma`` (None for a
+        DnCNN prior)."""
+        return None if self.prior_level is None else self.prior_level(noise_sigma)
+
+    def refresh_prior(self):
+        """Refresh a DnCNN's spectral-norm estimate (once per solve, so that the map does not change while it is
+        solved); other priors keep no such estimate."""
+        if isinstance(self.denoiser, DnCNN):
+            self.denoiser.update_spectral_norm()

@@ -10,18 +10,17 @@ from mcnet_basicsr.deq import BackwardStatsHolder, implicit_fixed_point, solve
 from mcnet_basicsr.utils.precision import tf32
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 from mcnet_basicsr.utils.tiling import apply_tiled, needs_tiling
-from .dncnn_arch import DnCNN
 from .frozen_backbone import FrozenBackbone, FrozenBackboneMixin
 from .layer_core import ADMMLayer, check_lr, eps_repr
 from .layer_options import BetaOptions, DenoiserOptions
-from .layer_prior import build_prior
+from .layer_prior import PriorMixin, build_prior
 from .layer_records import LayerRecordMixin, keep_own_start
 from .layer_settings import LayerSettings, SettingsMixin
 from .learned_start_arch import StartOptions, build_start_network, load_start_network
 
 
 @ARCH_REGISTRY.register()
-class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
+class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, PriorMixin, ADMMLayer):
     """MCNet: a frozen SR backbone followed by a measurement-consistent implicit layer.
 
     Given LR ``b`` and the backbone's estimate ``w`` (Y channel), the layer returns the fixed
@@ -42,12 +41,11 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
     channel (the same denoiser on each; the backbone's RGB estimate is w). One-channel input is treated as Y
     throughout and the output is Y.
 
-    The prior R is a DnCNN (one noise level; on Y or on each channel apart) or a prior told its level
-    (``R(x, level)``, e.g. FFDNet; :mod:`~mcnet_basicsr.archs.layer_prior`), told ``level(sigma) = sqrt(exp(2 a) +
-    exp(2 c) sigma^2)`` for the LR noise ``sigma`` of each sample (a, c learned). A colour prior (``channels: rgb``
-    only) denoises R, G and B together while each channel is projected onto its own ball. A non-blind backbone
-    (``forward(lr, kernel, scale, sigma)``, e.g. USRNet) is told the blur kernel of the call's operator, its scale and
-    ``noise_sigma``.
+    R is a DnCNN (one noise level) or a prior told its level (``R(x, level)``, e.g. FFDNet;
+    :mod:`~mcnet_basicsr.archs.layer_prior`): ``level(sigma) = sqrt(exp(2 a) + exp(2 c) sigma^2)`` for each sample's
+    LR noise (a, c learned). A colour prior (``channels: rgb`` only) denoises R, G and B together, each channel
+    projected onto its own ball. A non-blind backbone (``forward(lr, kernel, scale, sigma)``, e.g. USRNet) is told the
+    kernel of the call's operator, its scale and ``noise_sigma``.
 
     ``forward(lr, operator=None, noise_sigma=None)`` returns the image (what BasicSR calls);
     ``run(lr, operator=None, noise_sigma=None, settings=None)`` returns ``(image, info)``, ``info`` holding ``forward``
@@ -78,9 +76,9 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
         beta (float | dict | BetaOptions | None): The initial beta, or ``{init, learn, noise}``
             (:class:`~mcnet_basicsr.archs.layer_options.BetaOptions`: 0.01, learned, independent of noise). Default:
             None (the defaults).
-        denoiser (dict | DenoiserOptions | None): The prior R, ``{type, level, <its options>, path}``
-            (:class:`~mcnet_basicsr.archs.layer_options.DenoiserOptions`): options of :class:`DnCNN` and ``path``, its
-            checkpoint (any layout ``load_dncnn`` accepts), or ``type: FFDNet`` with its initial ``level`` (a prior
+        denoiser (dict | DenoiserOptions | None): The prior R, ``{arch, level, <its options>, path}``
+            (:class:`~mcnet_basicsr.archs.layer_options.DenoiserOptions`): options of DnCNN and ``path``, its
+            checkpoint (any layout ``load_dncnn`` accepts), or ``arch: FFDNet`` with its initial ``level`` (a prior
             told its level). Default: DnCNN6 (64 ch, no bias, no BN, residual, spectrally normalised), random
             weights.
         start (dict | StartOptions | None): A learned start ``{depth, num_feat, path}``
@@ -117,23 +115,13 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
 
         self.denoiser, self.prior_level = build_prior(denoiser)
         if getattr(self.denoiser, 'colour', False) and channels != 'rgb':
-            raise ValueError(f'The colour prior {denoiser.type} denoises R, G and B together: it needs channels: rgb, '
+            raise ValueError(f'The colour prior {denoiser.arch} denoises R, G and B together: it needs channels: rgb, '
                              f'got {channels!r}.')
         self.start = None if start is None else build_start_network(start)
         if start is not None and start.path is not None:
             load_start_network(self.start, start.path)
         if self.start is not None:
             self.register_load_state_dict_post_hook(keep_own_start)
-
-    @property
-    def joint_channels(self):
-        """Whether a colour prior solves R, G and B together (see :class:`ConsistentLayer`)."""
-        return getattr(self.denoiser, 'colour', False)
-
-    def level_at(self, noise_sigma=None):
-        """The level a prior told its level is given for samples with LR noise of std ``noise_sigma`` (None for a
-        DnCNN prior)."""
-        return None if self.prior_level is None else self.prior_level(noise_sigma)
 
     @property
     def beta(self):
@@ -182,8 +170,7 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
         """
         operator = self.measurement_operator(operator)
         eps = self.consistency_radius(b, noise_sigma)
-        if isinstance(self.denoiser, DnCNN):
-            self.denoiser.update_spectral_norm()
+        self.refresh_prior()
         if x0 is None:
             with torch.no_grad():
                 x0 = operator.project(w, b, eps)
