@@ -1,6 +1,7 @@
 """A prior told its noise level in MCNetArch (mcnet_basicsr/archs/layer_prior.py): the colour map's implicit gradient
 against an unrolled solve, each channel's own ball, the level function, non-blind backbones told the measurement of
 the call, and the gray DnCNN layer against its stored output."""
+import json
 import math
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
+from conftest import REPO_ROOT, SHARED, load_script, shared_path
 from mcnet_basicsr.archs.frozen_backbone import FrozenBackbone, is_non_blind
 from mcnet_basicsr.archs.layer_core import ChannelBalls
 from mcnet_basicsr.archs.layer_options import DenoiserOptions
@@ -305,3 +307,46 @@ def test_gray_dncnn_layer_gives_its_stored_output(channels):
     with torch.no_grad():
         out = gray_layer(channels).eval()(lr, noise_sigma=torch.tensor([0.0, 0.02]))
     np.testing.assert_allclose(out.numpy(), stored[channels], rtol=0, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------- the kernel table's row
+@pytest.mark.slow
+def test_kernel_table_row_agrees_with_the_lab_layer(tmp_path, monkeypatch):
+    """``scripts/kernel_table.py --rows mcnet_usrnet_tiny`` (options/test_mcnet_usrnet_tiny_x4.yml: the pretrained
+    colour FFDNet, beta 3, level 5 / 255, rho 1) on 2 CBSD68 images under kernel 1 at x4 gives, per image, the PSNR of
+    the lab's FFDNetLayer (benchmarks/prior_study.py) on the same inputs (its estimate w: USRNet-tiny on the
+    measurement b, as the layer's backbone sees it) to 1e-3 dB, at the lab's solver setting."""
+    shared_path('weights', 'kair_denoisers')
+    shared_path('datasets')
+    assets = ['CBSD68', 'usrnet_kernels', 'usrnet_tiny', 'ffdnet_color']
+    assert load_script('fetch_assets').main(assets + ['--from', str(SHARED), '--root', str(tmp_path)]) == 0
+    (tmp_path / 'options').symlink_to(REPO_ROOT / 'options')
+    monkeypatch.chdir(tmp_path)
+    load_script('kernel_table').main(['--rows', 'mcnet_usrnet_tiny', '--images', '2', '--families', 'x4', '--kernels',
+                                      '1', '--device', 'cpu', '--data', 'datasets', '--tol', '1e-4', '--max-iter',
+                                      '60', '--out', 'table.json'])
+    cell = json.loads((tmp_path / 'table.json').read_text())['cells']['mcnet_usrnet_tiny|x4|k1']
+    assert cell['images'] == 2 and cell['fidelity_max'] > 0
+
+    import prior_study
+    from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_measurement
+    from mcnet_basicsr.evaluation.kernel_table import images_by_shape, protocol_lrs
+    from mcnet_basicsr.ops.kernels import load_kernel
+    usrnet, ffdnet = prior_study.load_networks('experiments/pretrained_models')
+    layer = prior_study.FFDNetLayer(ffdnet, 3.0, 5 / 255.0)
+    kernel = load_kernel('datasets/kernels/kernels_12.mat', 0)
+    op = build_operator({'type': 'blur', 'scale': 4, 'kernel': kernel})
+    groups = images_by_shape('datasets/CBSD68/HR', 4, 2)
+    lrs = protocol_lrs(groups, kernel, 4, 0.0)
+    lab = {}
+    with torch.no_grad():
+        for items in groups.values():
+            for name, hr in items:
+                b = torch.from_numpy(usrnet_measurement(lrs[name][None])[0]).permute(0, 3, 1, 2)
+                w = usrnet(b.clamp(0, 1), torch.tensor(kernel, dtype=torch.float32)[None, None], 4, 0.0)
+                x, _ = layer.solve(w, b, op, prior_study.measurement_radius(b, 0.0), 0.0)
+                sr = (x.clamp(0, 1) * 255).round().byte()[0].permute(1, 2, 0).numpy()
+                lab[name] = psnr_rgb_uint8(sr, hr, 16)
+    assert set(lab) == set(cell['per_image'])
+    for name, psnr in lab.items():
+        assert abs(cell['per_image'][name] - psnr) <= 1e-3, (name, cell['per_image'][name], psnr)
