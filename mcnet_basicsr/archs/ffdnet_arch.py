@@ -19,19 +19,30 @@ class FFDNet(nn.Module):
     (a float, or one per sample as an (N,) or (N, 1, 1, 1) tensor; [0, 1] units). Odd sides are padded (replicate)
     and cropped back.
 
+    As MCNetArch's prior (``denoiser: {arch: FFDNet, level, path}``): ``takes_level`` tells the layer to give it its
+    level, and ``colour`` whether it denoises R, G and B together (``in_ch`` 3).
+
     Args:
         in_ch (int): Image channels. Default: 3.
         num_feat (int): Features of the hidden layers. Default: 96.
         num_layer (int): Convolutions in all. Default: 12.
     """
 
+    takes_level = True
+
     def __init__(self, in_ch=3, num_feat=96, num_layer=12):
         super().__init__()
+        self.in_ch = in_ch
         layers = [nn.Conv2d(4 * in_ch + 1, num_feat, 3, 1, 1), nn.ReLU(inplace=True)]
         for _ in range(num_layer - 2):
             layers += [nn.Conv2d(num_feat, num_feat, 3, 1, 1), nn.ReLU(inplace=True)]
         layers.append(nn.Conv2d(num_feat, 4 * in_ch, 3, 1, 1))
         self.model = nn.Sequential(*layers)
+
+    @property
+    def colour(self):
+        """Whether it denoises the three channels of an RGB image together."""
+        return self.in_ch == 3
 
     def forward(self, x, sigma):
         h, w = x.shape[-2:]

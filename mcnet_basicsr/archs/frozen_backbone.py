@@ -1,9 +1,11 @@
 """The frozen SR backbone of MCNetArch and TVTV: how its ``backbone`` option is read, how it is fed (LR or upsampled
-LR, RGB or Y), its precision, its tiles and the colour conversion of its estimate."""
+LR, RGB or Y; a non-blind network also the measurement of the call), its precision, its tiles and the colour
+conversion of its estimate."""
 from copy import deepcopy
 from dataclasses import dataclass
 from typing import Optional, Union
 
+import numpy as np
 import torch
 
 from mcnet_basicsr.ops import imresize
@@ -56,6 +58,26 @@ class BackboneOptions:
         return cls(**backbone)
 
 
+def is_non_blind(net):
+    """Whether ``net`` is told the measurement, ``forward(lr, kernel, scale, sigma)`` (its class sets
+    ``non_blind = True``, as :class:`~mcnet_basicsr.archs.usrnet_arch.USRNet`)."""
+    return getattr(type(net), 'non_blind', False)
+
+
+def non_blind_forward(net, lr, operator, noise_sigma=None):
+    """A non-blind ``net`` on LR ``lr`` (N, C, h, w) measured by ``operator`` with noise of std ``noise_sigma`` (None:
+    none; a float or an (N,) tensor): told the operator's blur kernel (an (1 or N, 1, kh, kw) tensor), its scale and
+    the noise. An operator without a kernel, or whose decimation does not keep the upper-left pixel: ValueError."""
+    kernel = getattr(operator, 'kernel', None)
+    if kernel is None or getattr(operator, 'offset', 0) != 0:
+        raise ValueError(f'{type(net).__name__} is non-blind (told the blur kernel of upper-left decimation); the '
+                         f'operator {operator!r} has {"no kernel" if kernel is None else "an offset"}: give '
+                         "{type: blur, kernel: ...} with offset 0.")
+    kernel = torch.from_numpy(np.array(kernel, dtype=np.float32)).to(lr.device)
+    sigma = 0.0 if noise_sigma is None else noise_sigma
+    return net(lr, kernel.reshape(-1, 1, *kernel.shape[-2:]), operator.scale, sigma)
+
+
 def check_backbone_options(backbone_input, backbone_channels):
     """Validate how a backbone is fed."""
     if backbone_input not in ('lr', 'upsampled'):
@@ -84,6 +106,7 @@ class FrozenBackbone:
         for p in net.parameters():
             p.requires_grad_(False)
         self.net, self.scale, self.input, self.channels = net, scale, input, channels
+        self.non_blind = is_non_blind(net)
 
     @classmethod
     def from_options(cls, backbone, scale, owner):
@@ -105,11 +128,18 @@ class FrozenBackbone:
         return backbone_tile_overlap(self.scale, self.net, self.input)
 
     @torch.no_grad()
-    def estimate(self, lr, dtype=None, tile=None):
+    def estimate(self, lr, dtype=None, tile=None, operator=None, noise_sigma=None):
         """Estimate at HR size: (Y, CbCr or None) from LR in [0, 1], under autocast to ``dtype`` on CUDA (None:
-        float32), on ``tile`` x ``tile`` LR tiles when the image is larger."""
+        float32), on ``tile`` x ``tile`` LR tiles when the image is larger. A non-blind network is told the
+        measurement, ``operator`` and ``noise_sigma`` (:func:`non_blind_forward`), on the whole image."""
         if needs_tiling(lr, tile):
+            if self.non_blind:
+                raise ValueError(f'The non-blind backbone {type(self.net).__name__} inverts circular blur of the '
+                                 f'whole image; it runs without tiles (tile {tile}, LR {tuple(lr.shape[-2:])}).')
             return apply_tiled(lambda x: self.estimate(x, dtype), lr, tile, self.tile_overlap(), out_scale=self.scale)
+        if self.non_blind and operator is None:
+            raise ValueError(f'The non-blind backbone {type(self.net).__name__} needs the measurement operator of '
+                             'the call.')
         # the network sees the LR clipped to [0, 1], the range of the images it was trained on (noisy float LR goes
         # beyond it, and some networks, PAN among them, answer values outside it with outputs far outside it); a
         # layer's measurement ``b`` is the LR as given
@@ -124,7 +154,7 @@ class FrozenBackbone:
             net_in = imresize(net_in, self.scale)
         with torch.autocast(lr.device.type, dtype=dtype or torch.float32,
                             enabled=dtype is not None and lr.device.type == 'cuda'):
-            out = self.net(net_in)
+            out = non_blind_forward(self.net, net_in, operator, noise_sigma) if self.non_blind else self.net(net_in)
         out = out.to(lr.dtype)
         if not rgb:
             return out, None
@@ -151,10 +181,11 @@ class FrozenBackboneMixin:
     def backbone_channels(self):
         return self.frozen.channels
 
-    def run_backbone(self, lr):
+    def run_backbone(self, lr, operator=None, noise_sigma=None):
         """The backbone's estimate at HR size, (Y, CbCr or None), from LR in [0, 1] (:meth:`FrozenBackbone.estimate`
-        on the whole image)."""
-        return self.frozen.estimate(lr, self.backbone_dtype)
+        on the whole image; a non-blind backbone told ``operator``, default the layer's, and ``noise_sigma``)."""
+        return self.frozen.estimate(lr, self.backbone_dtype, None, self.operator if operator is None else operator,
+                                    noise_sigma)
 
     def _apply(self, fn, *args, **kwargs):
         super()._apply(fn, *args, **kwargs)

@@ -7,6 +7,9 @@ problems ``channels`` makes consistent. :class:`ADMMLayer` adds the plug-and-pla
 denoiser ``R`` and a weight ``beta`` of the estimate ``w``::
 
     u = R(x + lam);  x+ = P_S[(beta w + rho (u - lam)) / (beta + rho)];  lam+ = lam + x+ - u
+
+A prior told its level (``R(x, level)``) is given one; a colour prior denoises R, G and B together while each
+channel keeps its own ball (:class:`ChannelBalls`).
 """
 import torch
 from torch import nn
@@ -41,6 +44,29 @@ def check_lr(name, lr):
         raise ValueError(f'{name} expects LR images (N, 1 or 3, h, w); got shape {tuple(lr.shape)}.')
 
 
+class ChannelBalls:
+    """The operator of a solve on images (N, C, H, W) whose every channel has its own ball ``||A x_c - b_c|| <= eps``
+    (eps one per sample and channel, (N C,), or one for all): ``A`` of each channel, and the projection with the
+    channels folded into the batch for it alone.
+
+    Args:
+        operator: The measurement operator of the N samples.
+        channels (int): C.
+    """
+
+    def __init__(self, operator, channels):
+        self.per_channel, self.channels, self.scale = repeat_samples(operator, channels), channels, operator.scale
+
+    def __call__(self, x):
+        return unfold_channels(self.per_channel(fold_channels(x)), self.channels)
+
+    def project(self, x, b, eps):
+        return unfold_channels(self.per_channel.project(fold_channels(x), fold_channels(b), eps), self.channels)
+
+    def __repr__(self):
+        return f'ChannelBalls({self.per_channel!r}, channels={self.channels})'
+
+
 class ConsistentLayer(nn.Module):
     """A method whose output lies in ``S = {x : ||A x - b||_2 <= eps}`` for the measurement ``b`` of its input.
 
@@ -56,6 +82,10 @@ class ConsistentLayer(nn.Module):
             ``eps``/``eps_rms``; neither means exact consistency (eps = 0).
         rho (float): ADMM penalty, > 0. Default: 1.0.
     """
+
+    # whether ``channels: rgb`` solves R, G and B as one problem (each channel on its own ball, :class:`ChannelBalls`)
+    # rather than one problem per channel
+    joint_channels = False
 
     def __init__(self, operator, channels='y', eps=None, eps_rms=None, rho=1.0):
         super().__init__()
@@ -74,10 +104,14 @@ class ConsistentLayer(nn.Module):
         return self.run(lr, operator, noise_sigma)[0]
 
     def consistency_radius(self, b, noise_sigma=None):
-        """Per-sample eps for LR measurements ``b`` (N, C, h, w) carrying noise of std ``noise_sigma`` per value
-        (None: none; a float or an (N,) tensor): ``sqrt(eps^2 + sigma^2 m)``, m values per sample."""
-        eps = eps_from_rms(self.eps_rms, b[0].numel()) if self.eps_rms is not None else float(self.eps or 0.0)
-        return noisy_radius(eps, noise_sigma, b[0].numel())
+        """The eps of each ball of LR measurements ``b`` (N, C, h, w), one ball per sample and channel, carrying noise
+        of std ``noise_sigma`` per value (None: none; a float or an (N,) tensor, then (N C,)): ``sqrt(eps^2 + sigma^2
+        m)``, m values per channel."""
+        m = b[0, 0].numel()
+        if torch.is_tensor(noise_sigma) and noise_sigma.dim() == 1:
+            noise_sigma = noise_sigma.repeat_interleave(b.shape[1])
+        eps = eps_from_rms(self.eps_rms, m) if self.eps_rms is not None else float(self.eps or 0.0)
+        return noisy_radius(eps, noise_sigma, m)
 
     def measurement_operator(self, operator=None):
         """The operator of a call: this layer's, or ``operator`` (an operator or its options) at this layer's scale."""
@@ -109,11 +143,14 @@ class ConsistentLayer(nn.Module):
         """``(w, b, operator, noise_sigma)`` of the solve that ``channels`` asks for on LR ``lr``.
 
         ``w``, ``cbcr``: an estimate at HR size (Y and chroma, or one channel and None). Per channel: one problem per
-        channel of the RGB estimate, the operator's samples repeated for the channels; else on Y (the noise of Y being
+        channel of the RGB estimate, the operator's samples repeated for the channels (:attr:`joint_channels`: one
+        problem of the RGB estimate, each channel on its own ball); else on Y (the noise of Y being
         ``sigma * 0.574`` for noise ``sigma`` on each of R, G, B). ``b`` is float64.
         """
         if self.per_channel(cbcr):
             c = lr.shape[1]
+            if self.joint_channels:
+                return self._image(w, cbcr), lr.double(), ChannelBalls(operator, c), noise_sigma
             if torch.is_tensor(noise_sigma) and noise_sigma.dim() == 1:
                 noise_sigma = noise_sigma.repeat_interleave(c)
             return fold_channels(self._image(w, cbcr)), fold_channels(lr.double()), repeat_samples(operator, c), \
@@ -125,7 +162,7 @@ class ConsistentLayer(nn.Module):
     def measured_image(self, x, cbcr, lr):
         """The image like ``lr`` from the solution ``x`` of :meth:`measured_problem`."""
         if self.per_channel(cbcr):
-            return unfold_channels(x, lr.shape[1]).to(lr.dtype)
+            return (x if self.joint_channels else unfold_channels(x, lr.shape[1])).to(lr.dtype)
         return self._image(x.to(lr.dtype), cbcr)
 
     def solve_channels(self, w, cbcr, lr, operator, noise_sigma=None):
@@ -151,22 +188,28 @@ class ADMMLayer(ConsistentLayer):
     """A :class:`ConsistentLayer` iterating the plug-and-play ADMM map (see the module) with ``self.denoiser`` and
     ``self.beta`` (set by the subclass)."""
 
-    def denoise(self, x, tile=None):
-        """The denoiser on ``x`` (HR), on tiles of ``tile`` LR pixels when ``x`` is larger."""
+    def denoise(self, x, tile=None, level=None):
+        """The denoiser on ``x`` (HR), told ``level`` where not None (a prior told its level), on tiles of ``tile`` LR
+        pixels when ``x`` is larger."""
         s = self.scale
+        denoiser = self.denoiser if level is None else lambda t: self.denoiser(t, level)
         if tile is None or not needs_tiling(x, tile * s):
-            return self.denoiser(x)
-        return apply_tiled(self.denoiser, x, tile * s, denoiser_tile_overlap(s, self.denoiser) * s)
+            return denoiser(x)
+        if level is not None:
+            raise ValueError(f'The denoiser {type(self.denoiser).__name__} runs on whole images; tiles of {tile} LR '
+                             'pixels are for DnCNN priors.')
+        return apply_tiled(denoiser, x, tile * s, denoiser_tile_overlap(s, self.denoiser) * s)
 
-    def fixed_point_map(self, w, b, eps, tile=None, operator=None, beta=None):
+    def fixed_point_map(self, w, b, eps, tile=None, operator=None, beta=None, level=None):
         """F(z) for z = (x, lam) stacked on channels; closes over w, b, the parameters, the operator (default: the
-        layer's) and ``beta`` (a scalar or one per sample; default: the layer's)."""
+        layer's), ``beta`` (a scalar or one per sample; default: the layer's) and the denoiser's ``level`` (for a prior
+        told its level; None for one that is not)."""
         beta, rho, c = self.beta if beta is None else beta, self.rho, w.shape[1]
         project = self.measurement_operator(operator).project
 
         def f(z):
             x, lam = z[:, :c], z[:, c:]
-            u = self.denoise(x + lam, tile)
+            u = self.denoise(x + lam, tile, level)
             x_new = project((beta * w + rho * (u - lam)) / (beta + rho), b, eps)
             return torch.cat([x_new, lam + x_new - u], dim=1)
 

@@ -1,6 +1,7 @@
-"""The grouped options of MCNetArch and PnPADMM as typed values: ``beta`` and a network given with its weights
-(``denoiser``). Each maps the YAML form (a number or a dict) and documents its defaults once."""
-from dataclasses import dataclass, field
+"""The grouped options of MCNetArch and PnPADMM as typed values: ``beta``, a network given with its weights and
+MCNetArch's ``denoiser`` (which prior, and its level). Each maps the YAML form (a number or a dict) and documents its
+defaults once."""
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 
@@ -66,10 +67,33 @@ class NetworkWeights:
 
     @classmethod
     def from_options(cls, name, value):
-        """From the option ``name`` as written: None (the defaults) or a dict of the network's options and ``path``."""
-        if isinstance(value, NetworkWeights):
+        """From the option ``name`` as written: None (the defaults) or a dict of the network's options and this
+        class's other attributes (``path``, ...), which are taken out of the network's options."""
+        if isinstance(value, cls):
             return value
+        own = [f.name for f in fields(cls) if f.name != 'options']
         if value is not None and not isinstance(value, dict):
-            raise ValueError(f'{name} must be a dict of options (and path) or None, got {value!r}.')
+            raise ValueError(f'{name} must be a dict of options (and {", ".join(own)}) or None, got {value!r}.')
         options = dict(value or {})
-        return cls(options, options.pop('path', None))
+        return cls(options, **{key: options.pop(key) for key in own if key in options})
+
+
+@dataclass(frozen=True)
+class DenoiserOptions(NetworkWeights):
+    """MCNetArch's ``denoiser`` option: the prior R, ``{arch, level, <the network's own options>, path}``.
+
+    Attributes:
+        arch (str): A registered arch: 'DnCNN' (``R(x)``, one noise level) or a prior told its noise level,
+            ``forward(x, level)`` (its class has ``takes_level = True``; 'FFDNet'). Default: 'DnCNN'.
+        level (float | None): A prior told its level: the initial level ``sp`` without LR noise (images in [0, 1]),
+            from which the layer learns ``level(sigma) = sqrt(exp(2 a) + exp(2 c) sigma^2)``, ``a = log(sp)``,
+            ``c = 0`` at the start. Required for such a prior, refused for DnCNN. Default: None.
+    """
+
+    arch: str = 'DnCNN'
+    level: Optional[float] = None
+
+    def __post_init__(self):
+        level = self.level
+        if level is not None and (isinstance(level, bool) or not isinstance(level, (int, float)) or not level > 0):
+            raise ValueError(f'denoiser level must be a number > 0, got {level!r}.')

@@ -10,17 +10,17 @@ from mcnet_basicsr.deq import BackwardStatsHolder, implicit_fixed_point, solve
 from mcnet_basicsr.utils.precision import tf32
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 from mcnet_basicsr.utils.tiling import apply_tiled, needs_tiling
-from .dncnn_arch import DnCNN, load_dncnn
 from .frozen_backbone import FrozenBackbone, FrozenBackboneMixin
 from .layer_core import ADMMLayer, check_lr, eps_repr
-from .layer_options import BetaOptions, NetworkWeights
+from .layer_options import BetaOptions, DenoiserOptions
+from .layer_prior import PriorMixin, build_prior
 from .layer_records import LayerRecordMixin, keep_own_start
 from .layer_settings import LayerSettings, SettingsMixin
 from .learned_start_arch import StartOptions, build_start_network, load_start_network
 
 
 @ARCH_REGISTRY.register()
-class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer):
+class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, PriorMixin, ADMMLayer):
     """MCNet: a frozen SR backbone followed by a measurement-consistent implicit layer.
 
     Given LR ``b`` and the backbone's estimate ``w`` (Y channel), the layer returns the fixed
@@ -40,6 +40,12 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
     rgb``: R, G and B are each made consistent, ``||A x_c - b_c|| <= eps`` for every channel c, by one solve per
     channel (the same denoiser on each; the backbone's RGB estimate is w). One-channel input is treated as Y
     throughout and the output is Y.
+
+    R is a DnCNN (one noise level) or a prior told its level (``R(x, level)``, e.g. FFDNet;
+    :mod:`~mcnet_basicsr.archs.layer_prior`): ``level(sigma) = sqrt(exp(2 a) + exp(2 c) sigma^2)`` for each sample's
+    LR noise (a, c learned). A colour prior (``channels: rgb`` only) denoises R, G and B together, each channel
+    projected onto its own ball. A non-blind backbone (``forward(lr, kernel, scale, sigma)``, e.g. USRNet) is told the
+    kernel of the call's operator, its scale and ``noise_sigma``.
 
     ``forward(lr, operator=None, noise_sigma=None)`` returns the image (what BasicSR calls);
     ``run(lr, operator=None, noise_sigma=None, settings=None)`` returns ``(image, info)``, ``info`` holding ``forward``
@@ -70,8 +76,11 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
         beta (float | dict | BetaOptions | None): The initial beta, or ``{init, learn, noise}``
             (:class:`~mcnet_basicsr.archs.layer_options.BetaOptions`: 0.01, learned, independent of noise). Default:
             None (the defaults).
-        denoiser (dict | None): Options of :class:`DnCNN` and ``path``, its checkpoint (any layout ``load_dncnn``
-            accepts). Default: DnCNN6 (64 ch, no bias, no BN, residual, spectrally normalised), random weights.
+        denoiser (dict | DenoiserOptions | None): The prior R, ``{arch, level, <its options>, path}``
+            (:class:`~mcnet_basicsr.archs.layer_options.DenoiserOptions`): options of DnCNN and ``path``, its
+            checkpoint (any layout ``load_dncnn`` accepts), or ``arch: FFDNet`` with its initial ``level`` (a prior
+            told its level). Default: DnCNN6 (64 ch, no bias, no BN, residual, spectrally normalised), random
+            weights.
         start (dict | StartOptions | None): A learned start ``{depth, num_feat, path}``
             (:class:`~mcnet_basicsr.archs.learned_start_arch.StartOptions`): the solve starts from
             ``x0 = P_S(g(P_S(w)))``, ``lam0 = 0``. The map and its fixed point are the same; a start nearer the fixed
@@ -97,22 +106,17 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
                  settings=None):
         super().__init__(operator, channels, eps, eps_rms, rho)
         beta = BetaOptions.from_options(beta)
-        denoiser = NetworkWeights.from_options('denoiser', denoiser)
+        denoiser = DenoiserOptions.from_options('denoiser', denoiser)
         start = None if start is None else StartOptions.from_options(start)
         self._settings = LayerSettings.from_options(settings)
         self.frozen = FrozenBackbone.from_options(backbone, self.scale, owner='MCNetArch')
         self.log_beta = nn.Parameter(torch.tensor(math.log(beta.init)), requires_grad=beta.learn)
         self.log_beta_slope = nn.Parameter(torch.zeros(()), requires_grad=beta.learn) if beta.noise else None
 
-        if denoiser.options.get('batch_norm'):
-            # BN in training mode makes F depend on the batch (no fixed point per image), and BN's
-            # scale is not bounded, so the contraction argument is lost: PnP baseline only.
-            raise ValueError('MCNetArch needs a denoiser without BatchNorm (batch_norm: false); '
-                             'BatchNorm DnCNNs are for the PnPADMM baseline.')
-        self.denoiser = DnCNN(**denoiser.options)
-        if denoiser.path is not None:
-            load_dncnn(self.denoiser, denoiser.path)
-        self.denoiser.auto_update_spectral_norm = False  # updated once per solve: fixed_point_problem
+        self.denoiser, self.prior_level = build_prior(denoiser)
+        if getattr(self.denoiser, 'colour', False) and channels != 'rgb':
+            raise ValueError(f'The colour prior {denoiser.arch} denoises R, G and B together: it needs channels: rgb, '
+                             f'got {channels!r}.')
         self.start = None if start is None else build_start_network(start)
         if start is not None and start.path is not None:
             load_start_network(self.start, start.path)
@@ -139,11 +143,12 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
                 f'{eps_repr(self.eps, self.eps_rms)}, rho={self.rho}, '
                 f'backbone={type(self.backbone).__name__} (frozen, not in state_dict)')
 
-    def backbone_estimate(self, lr, settings=None):
+    def backbone_estimate(self, lr, settings=None, operator=None, noise_sigma=None):
         """:meth:`run_backbone` under the settings in force (or this call's ``settings``, as :meth:`run` takes them):
-        on ``tile`` x ``tile`` LR tiles when the image is larger, under ``allow_tf32``."""
+        on ``tile`` x ``tile`` LR tiles when the image is larger, under ``allow_tf32``. A non-blind backbone is told
+        ``operator`` (default: the layer's) and ``noise_sigma``."""
         with self._call_settings(settings) as s, tf32(s.allow_tf32):
-            return self.frozen.estimate(lr, s.autocast_dtype, s.tile)
+            return self.frozen.estimate(lr, s.autocast_dtype, s.tile, self.measurement_operator(operator), noise_sigma)
 
     def start_guess(self, x0, tile=None):
         """The learned start's guess of the fixed point from ``x0 = P_S(w)`` (HR; before projection), on tiles of
@@ -165,14 +170,16 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
         """
         operator = self.measurement_operator(operator)
         eps = self.consistency_radius(b, noise_sigma)
-        self.denoiser.update_spectral_norm()
+        self.refresh_prior()
         if x0 is None:
             with torch.no_grad():
                 x0 = operator.project(w, b, eps)
                 if self.start is not None:
                     x0 = self.start_point(x0, b, eps, tile, operator)
         z0 = torch.cat([x0, torch.zeros_like(x0)], dim=1)
-        return self.fixed_point_map(w, b, eps, tile, operator=operator, beta=self.beta_at(noise_sigma)), z0, eps
+        f = self.fixed_point_map(w, b, eps, tile, operator=operator, beta=self.beta_at(noise_sigma),
+                                 level=self.level_at(noise_sigma))
+        return f, z0, eps
 
     def solve(self, w, b, operator=None, noise_sigma=None, settings=None):
         """The implicit layer alone: ``(x*, info)`` from the backbone estimate w and LR measurements b (Y, or one
@@ -211,5 +218,5 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, ADMMLayer)
         check_lr('MCNetArch', lr)
         operator = self.measurement_operator(operator)
         with self._call_settings(settings):
-            w, cbcr = self.backbone_estimate(lr)
+            w, cbcr = self.backbone_estimate(lr, operator=operator, noise_sigma=noise_sigma)
             return self.solve_channels(w, cbcr, lr, operator, noise_sigma)

@@ -119,7 +119,8 @@ class USRNet(nn.Module):
 
     The measurement it inverts is circular convolution with ``kernel`` followed by keeping the upper-left pixel of
     each ``scale`` x ``scale`` block, plus Gaussian noise of std ``sigma``: the degradation of
-    :class:`~mcnet_basicsr.ops.BlurDownsample` with ``offset=0``.
+    :class:`~mcnet_basicsr.ops.BlurDownsample` with ``offset=0``. ``non_blind`` marks a network called so: as an
+    MCNetArch backbone it is told the measurement of each call (:mod:`~mcnet_basicsr.archs.frozen_backbone`).
 
     Args:
         n_iter (int): Unfolded iterations. Default: 6.
@@ -128,6 +129,8 @@ class USRNet(nn.Module):
         num_block (int): The prior's residual blocks per level. Default: 2.
         hidden (int): Width of the hyper-network. Default: 32.
     """
+
+    non_blind = True
 
     def __init__(self, n_iter=6, in_ch=3, channels=(16, 32, 64, 64), num_block=2, hidden=32):
         super().__init__()

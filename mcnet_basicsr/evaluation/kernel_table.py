@@ -18,7 +18,6 @@ __all__ = ['FAMILIES', 'measure', 'render']
 
 FAMILIES = {'x2': (2, 0.0), 'x3': (3, 0.0), 'x3_n2.55': (3, 2.55), 'x3_n7.65': (3, 7.65), 'x4': (4, 0.0)}
 CONSISTENT = ('MCNetArch', 'PnPADMM', 'TVTV')
-NON_BLIND = ('USRNet',)  # told the kernel, the scale and the noise level: forward(lr, kernel, scale, sigma)
 
 
 def build_row(row, scale, device, tol, max_iter, channels='rgb', tf32=False):
@@ -117,11 +116,13 @@ def protocol_forward(net, consistent, lr, op, sigma, device):
     """One batch of the protocol's LR (N, H, W, 3 float) through a row's network: ``(sr, residuals, info)``, ``sr``
     the uint8 output (N, sH, sW, 3). A consistent row is told the measurement (``b = lr + 0.5 / 255``, the blur
     ``op``, noise ``sigma``), and ``residuals`` is its per-image, per-channel ``||A x_c - b_c||`` (N, 3), ``info``
-    what its solve did (empty where the network keeps no statistics); a non-blind network (:data:`NON_BLIND`) gets the
-    LR as it is, ``op``'s kernel as an (1 or N, 1, kh, kw) tensor, its scale and ``sigma``, and a backbone alone the
-    LR as it is (None, {})."""
+    what its solve did (empty where the network keeps no statistics); a non-blind network
+    (:func:`~mcnet_basicsr.archs.frozen_backbone.is_non_blind`) gets the LR as it is, ``op``'s kernel, its scale and
+    ``sigma`` (:func:`~mcnet_basicsr.archs.frozen_backbone.non_blind_forward`), and a backbone alone the LR as it is
+    (None, {})."""
     import torch
 
+    from mcnet_basicsr.archs.frozen_backbone import is_non_blind, non_blind_forward
     from mcnet_basicsr.data.degradations import usrnet_measurement
     residuals, info = None, {}
     with torch.no_grad():
@@ -129,10 +130,8 @@ def protocol_forward(net, consistent, lr, op, sigma, device):
             x = torch.from_numpy(usrnet_measurement(lr, sigma)[0]).permute(0, 3, 1, 2).to(device)
             y, info = net.run(x, operator=op, noise_sigma=sigma or None)
             residuals = (op(y.double()) - x.double()).flatten(2).norm(dim=2)
-        elif type(net).__name__ in NON_BLIND:
-            kernel = torch.from_numpy(np.array(op.kernel, dtype=np.float32)).to(device)
-            y = net(torch.from_numpy(lr).permute(0, 3, 1, 2).to(device), kernel.reshape(-1, 1, *kernel.shape[-2:]),
-                    op.scale, sigma)
+        elif is_non_blind(net):
+            y = non_blind_forward(net, torch.from_numpy(lr).permute(0, 3, 1, 2).to(device), op, sigma)
         else:
             y = net(torch.from_numpy(lr).permute(0, 3, 1, 2).to(device))
     return (y.clamp(0, 1) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy(), residuals, info
