@@ -7,7 +7,7 @@ rows (``mcnet_basicsr.evaluation.kernel_table``).
     python scripts/kernel_table.py --crops results/crops.png --rows imdn mcnet_imdn_kernels --families x4 \
         --image 101085.png --kernels 1                                          # LR, outputs and ground truth
 
-Data: ``python scripts/fetch_assets.py CBSD68 usrnet_kernels imdn pan usrnet_tiny``.
+Data: ``python scripts/fetch_assets.py CBSD68 usrnet_kernels imdn pan usrnet_tiny ffdnet_color``.
 """
 import argparse
 import os
