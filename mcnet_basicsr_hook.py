@@ -62,7 +62,8 @@ def _register():
     option parser made to name an option file's missing inputs in one line each
     (``mcnet_basicsr.utils.pipeline.check_inputs_when_parsing``)."""
     importlib.import_module('mcnet_basicsr').register()
-    importlib.import_module('mcnet_basicsr.utils.pipeline').check_inputs_when_parsing()
+    check = importlib.import_module('mcnet_basicsr.zoo.assets').exit_if_inputs_missing
+    importlib.import_module('mcnet_basicsr.utils.pipeline').check_inputs_when_parsing(check)
 
 
 class _LoaderThenPlugin(importlib.abc.Loader):
