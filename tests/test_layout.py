@@ -10,10 +10,11 @@ from conftest import REPO_ROOT
 PACKAGE = REPO_ROOT / 'mcnet_basicsr'
 SCRIPTS = REPO_ROOT / 'scripts'
 LAB = REPO_ROOT / 'benchmarks'
-TOP_LEVEL_MODULES = ('mcnet_sr_cli', 'mcnet_basicsr_hook')
-# what a user runs: python -m <module> (mcnet-sr's work is mcnet_basicsr.cli.inference, reached from mcnet_sr_cli)
+TOP_LEVEL_MODULES = ('mcnet_basicsr_hook', )
+# what a user runs: python -m <module>, the mcnet-sr console script (mcnet_basicsr.cli.main), the .pth hook
 ENTRY_POINTS = ('mcnet_basicsr', 'mcnet_basicsr.train', 'mcnet_basicsr.test', 'mcnet_basicsr.demo',
-                'mcnet_basicsr.autoload', *TOP_LEVEL_MODULES)
+                'mcnet_basicsr.autoload', 'mcnet_basicsr.cli.main', 'mcnet_basicsr.cli.__main__',
+                'mcnet_basicsr.cli.inference', *TOP_LEVEL_MODULES)
 # subpackages whose __init__ imports every module of theirs with this suffix (mcnet_basicsr.utils.registration)
 REGISTERED = {'archs': '_arch', 'data': '_dataset', 'losses': '_loss', 'models': '_model'}
 

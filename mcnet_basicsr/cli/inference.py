@@ -9,7 +9,7 @@ Usage::
              [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force | --skip-existing] [-v]
     python -m mcnet_basicsr.cli.inference ...
 
-The options and their checks live in :mod:`mcnet_sr_cli` (standard library only), so ``--help`` and a bad
+The options and their checks live in :mod:`.options` (standard library and PyYAML only), so ``--help`` and a bad
 option answer before anything heavy is imported; this module does the work once they are valid.
 
 INPUT: files, folders (their PNG/JPEG/BMP/TIFF files, not recursive) or glob patterns. 8- or 16-bit,
@@ -70,8 +70,6 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-import mcnet_sr_cli
-from mcnet_sr_cli import UsageError, print_error
 from ..archs.layer_settings import LayerSettings
 from ..deq import release_cuda_graph_memory
 from ..ops import (BlurDownsample, ReflectBlurDownsample, build_degradation, fold_channels, imresize, load_kernel,
@@ -87,6 +85,7 @@ from ..utils.progress import solver_progress
 from ..utils.tiling import global_ops, needs_tiling, tiles
 from ..zoo.pretrained import (TRAINED_FOR, backbone_name, build_pretrained_mcnet, check_available, default_eps_rms,
                               model_card)
+from .options import DEFAULT_DEGRADATION, UsageError, parse_command, print_error
 
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
 NOT_CONVERGED = 'not converged'  # summary.csv's status of a solve stopped by --iters before reaching --tol
@@ -303,7 +302,7 @@ def measurement(args, model):
             raise UsageError(f'{args.kernel}: --kernel file cannot be read as a kernel ({_one_line(err, 200)})') \
                 from None
         return BlurDownsample(args.scale, kernel)
-    if args.degradation == mcnet_sr_cli.DEFAULT_DEGRADATION:
+    if args.degradation == DEFAULT_DEGRADATION:
         return model.operator  # the shipped layers' operator: the command's results without the option
     return build_degradation(args.degradation, args.scale)
 
@@ -609,7 +608,7 @@ def image_line(row, args, model):
 
 
 def execute(args, models=None):
-    """Process the images of parsed, checked options (:func:`mcnet_sr_cli.parse_args`); returns the exit status."""
+    """Process the images of parsed, checked options (:func:`.options.parse_args`); returns the exit status."""
     try:
         return run(args, models)
     except UsageError as err:
@@ -621,8 +620,9 @@ def execute(args, models=None):
 
 
 def main(argv=None, models=None):
-    """Console entry point (:func:`mcnet_sr_cli.main`): 0 ok, 1 some images failed, 2 usage error."""
-    return mcnet_sr_cli.main(argv, models)
+    """``python -m mcnet_basicsr.cli.inference``, as :func:`.main.main`: 0 ok, 1 some images failed, 2 usage error."""
+    args, status = parse_command(sys.argv[1:] if argv is None else argv)
+    return status if args is None else execute(args, models)
 
 
 if __name__ == '__main__':
