@@ -10,57 +10,15 @@ import math
 import os.path as osp
 import sys
 
-import yaml
+from ..package_data import read_degradations
+from ..zoo.cards import BACKBONES, MODELS, SCALES, default_extrapolation, default_tol, layer_family
 
 MIN_TILE = 8  # smallest --tile (LR pixels)
 DEFAULT_DEGRADATION = 'matlab-bicubic'
 
 
-def read_package_yaml(*parts):
-    """A data file of the mcnet_basicsr package (e.g. ``zoo/models.yml``), read without importing torch."""
-    with open(osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), *parts), encoding='utf-8') as f:
-        return yaml.load(f, Loader=getattr(yaml, 'CSafeLoader', yaml.SafeLoader))  # libyaml's parser where built
-
-
-def read_model_cards():
-    """The shipped models' cards (``mcnet_basicsr/zoo/models.yml``: files, defaults, scores per backbone and scale)."""
-    return read_package_yaml('zoo', 'models.yml')
-
-
-MODELS = read_model_cards()
 # the names of mcnet_basicsr.ops.DEGRADATIONS, from the same file
-DEGRADATIONS = tuple(read_package_yaml('ops', 'degradations.yml'))
-SCALES = tuple(sorted(MODELS['default']))
-BACKBONES = tuple(MODELS['backbones'])
-
-
-def model_card(backbone, scale, family='bicubic'):
-    """The card of the shipped model (a dict), or None where none ships (the package then says why); ``family``
-    'kernels' / 'resizers': of its layer trained for LR made by blur kernels / by resizers (the cards' sections)."""
-    return MODELS['backbones'].get(backbone, {}).get(MODELS['families'][family], {}).get(scale)
-
-
-def layer_family(backbone, scale, degradation=None, kernel=None):
-    """The family of the layer mcnet-sr runs for LR made by ``degradation`` (a resizer name) or a blur ``kernel``:
-    'kernels' with a kernel where such a layer ships; for a resizer, the family whose card lists it in
-    ``degradations`` (the resizers on which that layer is the best shipped one: docs/degradations.md, Table R), else
-    'bicubic'."""
-    if kernel is not None and model_card(backbone, scale, 'kernels') is not None:
-        return 'kernels'
-    for family in ('resizers', 'kernels') if degradation is not None else ():
-        if degradation in (model_card(backbone, scale, family) or {}).get('degradations', {}):
-            return family
-    return 'bicubic'
-
-
-def default_tol(backbone, scale, family='bicubic'):
-    card = model_card(backbone, scale, family)
-    return None if card is None else card['tol']
-
-
-def default_extrapolation(backbone, scale, family='bicubic'):
-    card = model_card(backbone, scale, family)
-    return None if card is None else card['extrapolation']
+DEGRADATIONS = tuple(read_degradations())
 
 
 class UsageError(Exception):
