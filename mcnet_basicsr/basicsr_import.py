@@ -4,8 +4,8 @@ BasicSR's registries only scan basicsr's own folders, so a plugin registers its 
 costs seconds (torchvision, scipy, its datasets), which programs that never use BasicSR's registries (the
 ``mcnet-sr`` command) need not pay; so ``import mcnet_basicsr`` installs :class:`BasicsrPluginFinder`, which
 follows the first ``import basicsr`` of the program with the callbacks given to :func:`after_basicsr_import`.
-Programs that never import basicsr pay one dict look-up per top-level import (the finder declines every name but
-``basicsr``).
+Where one of our modules imports basicsr, the callbacks wait until that module is loaded: registering imports
+every module of ours, which a half-imported one would break. Until then each import pays a name comparison.
 """
 import importlib.abc
 import sys
@@ -34,40 +34,64 @@ def install_torchvision_alias():
         sys.modules.setdefault(name, functional)
 
 
+_PLUGIN = __name__.rpartition('.')[0] + '.'  # our submodules: 'mcnet_basicsr.'
+_depth = 0  # how many of our submodules are being imported (nested) right now
+
+
 def _run_callbacks():
-    while _callbacks:
-        _callbacks.pop(0)()
+    """Run the waiting callbacks, unless one of our modules is half imported: registering imports all of them, and
+    one that is half imported (the one whose import brought basicsr in) must finish first; its loader runs them
+    then."""
+    if _depth or _TARGET not in sys.modules:
+        return
+    deactivate()
+    pending = _callbacks[:]
+    _callbacks.clear()
+    for callback in pending:
+        callback()
 
 
 class _LoaderThenPlugin(importlib.abc.Loader):
-    """Wraps basicsr's loader: alias torchvision before basicsr runs, the callbacks after."""
+    """Wraps the loader of basicsr (torchvision aliased before it runs) and of our submodules imported while the
+    callbacks wait; when the outermost of them is loaded, the callbacks run. Anything else is the wrapped loader's."""
 
     def __init__(self, loader):
         self._loader = loader
+
+    def __getattr__(self, name):  # get_code (python -m), get_source, is_package, resource readers, ...
+        return getattr(self._loader, name)
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
-        install_torchvision_alias()
-        self._loader.exec_module(module)
+        global _depth
+        if module.__name__ == _TARGET:
+            install_torchvision_alias()
+        _depth += 1
+        try:
+            self._loader.exec_module(module)
+        finally:
+            _depth -= 1
         _run_callbacks()
 
 
 class BasicsrPluginFinder(importlib.abc.MetaPathFinder):
-    """Meta-path finder that only reacts to the top-level ``basicsr`` package, once."""
+    """Meta-path finder that reacts to the top-level ``basicsr`` package and to our own submodules (their loaders
+    wrapped), while callbacks wait."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != _TARGET:
+        if fullname != _TARGET and not fullname.startswith(_PLUGIN):
             return None
-        deactivate()  # one-shot; also keeps the look-up below from finding ourselves
         for finder in sys.meta_path:  # the finders after us, as the import system would ask them
+            if finder is self:
+                continue
             spec = finder.find_spec(fullname, path, target) if hasattr(finder, 'find_spec') else None
             if spec is not None:
                 break
         else:
             return None
-        if spec is None or spec.loader is None:
+        if spec.loader is None or isinstance(spec.loader, _LoaderThenPlugin):
             return spec
         spec.loader = _LoaderThenPlugin(spec.loader)
         return spec
@@ -75,8 +99,9 @@ class BasicsrPluginFinder(importlib.abc.MetaPathFinder):
 
 def after_basicsr_import(callback):
     """Call ``callback()`` once basicsr is imported: now where it is, else right after the program's first
-    ``import basicsr`` (the finder is installed once, however many callbacks wait)."""
-    if _TARGET in sys.modules:
+    ``import basicsr`` or, where one of our modules imported it, right after that module (the finder is installed
+    once, however many callbacks wait)."""
+    if _TARGET in sys.modules and not _depth:
         callback()
         return
     _callbacks.append(callback)
