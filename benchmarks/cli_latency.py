@@ -34,7 +34,8 @@ inference = cli_main.load_inference()
 t['package'] = time.time()
 args = cli_options.parse_args(sys.argv[1:])
 device = inference.resolve_device(args.device)
-model = inference.prepare_model(args, device)
+measurement = inference.resolve_measurement(args)
+model = inference.prepare_model(args, measurement, device)
 if device.type == 'cuda':
     torch.cuda.synchronize()
 t['model'] = time.time()
@@ -53,7 +54,7 @@ t['setup'] = time.time()
 os.makedirs(args.output, exist_ok=True)
 for key in ('image', 'image_again'):
     row = {'input': args.inputs[0]}
-    inference.process_image(row, args, model, device, {}, 1)
+    inference.process_image(row, args, model, device, {}, 1, measurement)
     t[key] = time.time()
 print(json.dumps({'stamps': t, 'iterations': row['iterations']}), flush=True)
 os._exit(0)  # as cli_main.console_main ends

@@ -280,9 +280,10 @@ def test_cpu_model_runs_the_denoiser_channels_last():
     float32 rounding, in as many iterations."""
     from mcnet_basicsr.cli import options as cli_options
     from mcnet_basicsr.cli.inference import command_settings, prepare_model
+    from mcnet_basicsr.cli.measurement import resolve_measurement
     cpu = torch.device('cpu')
     args = cli_options.parse_args(['x.png', '-o', 'out', '--scale', '2', '--device', 'cpu', '--tol', '1e-4'])
-    model = prepare_model(args, cpu, models={})
+    model = prepare_model(args, resolve_measurement(args), cpu, models={})
     reference = get_model(2, cpu)
     settings = command_settings(args)
     assert settings.extrapolation == 0.25  # the command's default for this layer
@@ -675,9 +676,10 @@ def test_reflect_boundary_solves_on_the_padded_input_and_reports_the_true_model(
     # the output is the crop of the layer's output on the padded LR
     from mcnet_basicsr.cli import options as cli_options
     from mcnet_basicsr.cli.inference import command_settings, prepare_model
+    from mcnet_basicsr.cli.measurement import resolve_measurement
     args = cli_options.parse_args([str(img), '-o', 'out', '--scale', '2', '--device', 'cpu', '--kernel',
                                    str(tmp_path / 'k.npy'), '--boundary', 'reflect', *FAST])
-    model = prepare_model(args, torch.device('cpu'), models={})
+    model = prepare_model(args, resolve_measurement(args), torch.device('cpu'), models={})
     pad = true_op.lr_padding
     assert pad == 2 + 2  # radius 4 HR pixels = 2 LR pixels, plus two
     with torch.no_grad(), model.settings(command_settings(args)):
@@ -724,7 +726,8 @@ def _assert_runs_layer(args, layer):
     """The model mcnet-sr builds for ``args`` holds the shipped ``layer``'s weights (its ``_extra_state``, the record of
     backbone and scale, is checked on loading)."""
     from mcnet_basicsr.cli.inference import prepare_model
-    state = prepare_model(args, torch.device('cpu'), models={}).state_dict()
+    from mcnet_basicsr.cli.measurement import resolve_measurement
+    state = prepare_model(args, resolve_measurement(args), torch.device('cpu'), models={}).state_dict()
     for name, value in torch.load(weight_path(layer), map_location='cpu')['params'].items():
         if name != '_extra_state':
             assert torch.equal(state[name], value), (layer, name)
@@ -807,6 +810,7 @@ def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsy
     from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
     from mcnet_basicsr.cli import options as cli_options
     from mcnet_basicsr.cli.inference import prepare_model
+    from mcnet_basicsr.cli.measurement import resolve_measurement
     from mcnet_basicsr.utils.registration import build_network
     torch.manual_seed(0)
     backbone = tmp_path / 'imdn_x2.pth'  # an IMDN x2 of the official architecture (the weights are third-party)
@@ -821,7 +825,7 @@ def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsy
         argv = [str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common, *extra]]
         args = cli_options.parse_args(argv)
         assert args.layer_family == 'kernels' and args.tol == 1e-4
-        state = prepare_model(args, torch.device('cpu'), models={}).state_dict()
+        state = prepare_model(args, resolve_measurement(args), torch.device('cpu'), models={}).state_dict()
         for name, value in shipped.items():
             if torch.is_tensor(value):
                 assert torch.equal(state[name], value), name

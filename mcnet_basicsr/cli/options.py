@@ -170,6 +170,12 @@ def parse_args(argv):
     return args
 
 
+def one_line(text, limit=300):
+    """``text`` on one line of at most ``limit`` characters (an error message for the console)."""
+    text = ' '.join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
 def print_error(msg):
     print(f'error: {msg}', file=sys.stderr, flush=True)
 
