@@ -271,3 +271,15 @@ def test_measurement_options_and_their_defaults(tmp_path):
         with pytest.raises(cli_options.UsageError) as err:
             parse(*extra)
         assert what in str(err.value) and '\n' not in str(err.value), (extra, str(err.value))
+
+
+def test_the_console_script_names_the_entry_point():
+    """setup.py's ``mcnet-sr`` console script is :func:`mcnet_basicsr.cli.main.console_main`, and nothing of the
+    command is a top-level module any more."""
+    import importlib
+    import re
+    text = (REPO_ROOT / 'setup.py').read_text(encoding='utf-8')
+    module, func = re.search(r"'mcnet-sr=([\w.]+):(\w+)'", text).groups()
+    assert (module, func) == ('mcnet_basicsr.cli.main', 'console_main')
+    assert callable(getattr(importlib.import_module(module), func))
+    assert re.search(r"py_modules=\['mcnet_basicsr_hook'\]", text) and not (REPO_ROOT / 'mcnet_sr_cli.py').exists()
