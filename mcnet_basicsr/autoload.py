@@ -5,7 +5,7 @@
     python -m mcnet_basicsr.autoload status
     python -m mcnet_basicsr.autoload uninstall
 
-``install`` writes ``mcnet_basicsr_autoload.pth`` whose single line imports the light
+``install`` writes ``mcnet_basicsr_autoload.pth`` whose single line imports the stdlib-only
 :mod:`mcnet_basicsr_hook` and activates it; see that module for what it does and costs.
 
 Python reads ``.pth`` files only in its site directories: site-packages, and the user site-packages
