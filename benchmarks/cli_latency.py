@@ -16,11 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: benchmarks/ sits beside mcnet_sr_cli.py
+REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: benchmarks/ sits beside mcnet_basicsr/
 STAGES = ('interpreter', 'torch', 'package', 'model', 'setup', 'image', 'image_again')
 
-# what the console script runs (setup.py: mcnet-sr = mcnet_sr_cli:console_main), without needing it installed
-CLI = 'import mcnet_sr_cli; mcnet_sr_cli.console_main()'
+# what the console script runs (setup.py: mcnet-sr = mcnet_basicsr.cli.main:console_main), without needing it installed
+CLI = 'from mcnet_basicsr.cli.main import console_main; console_main()'
 
 # The breakdown: mcnet-sr's own functions, timed in its order (mcnet_basicsr.cli.inference.run / process_image).
 BREAKDOWN = r'''
@@ -28,12 +28,14 @@ import json, os, sys, time
 t = {'start': time.time()}
 import torch
 t['torch'] = time.time()
-import mcnet_sr_cli
-inference = mcnet_sr_cli.load_inference()
+from mcnet_basicsr.cli import main as cli_main
+from mcnet_basicsr.cli import options as cli_options
+inference = cli_main.load_inference()
 t['package'] = time.time()
-args = mcnet_sr_cli.parse_args(sys.argv[1:])
+args = cli_options.parse_args(sys.argv[1:])
 device = inference.resolve_device(args.device)
-model = inference.prepare_model(args, device)
+measurement = inference.resolve_measurement(args)
+model = inference.prepare_model(args, measurement, device)
 if device.type == 'cuda':
     torch.cuda.synchronize()
 t['model'] = time.time()
@@ -52,10 +54,10 @@ t['setup'] = time.time()
 os.makedirs(args.output, exist_ok=True)
 for key in ('image', 'image_again'):
     row = {'input': args.inputs[0]}
-    inference.process_image(row, args, model, device, {}, 1)
+    inference.process_image(row, args, model, device, {}, 1, measurement)
     t[key] = time.time()
 print(json.dumps({'stamps': t, 'iterations': row['iterations']}), flush=True)
-os._exit(0)  # as mcnet_sr_cli.console_main ends
+os._exit(0)  # as cli_main.console_main ends
 '''
 
 

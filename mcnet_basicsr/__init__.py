@@ -1,18 +1,15 @@
 """mcnet_basicsr: measurement-consistent super-resolution (MCNet) as a BasicSR plugin.
 
-Importing this package registers every arch, dataset, model and metric of ours into BasicSR's registries,
-so ``build_network`` / ``build_model`` / ``calculate_metric`` find them by name. The torchvision
-alias that basicsr 1.4.2 needs is installed before anything imports basicsr.
-
-The one exception is the ``mcnet-sr`` command, which needs none of basicsr for its default models and defers
-the registration (:func:`mcnet_basicsr_hook.defer_registration`) to start faster: then :func:`register` runs
-when basicsr is first imported, or when called.
+Importing this package registers every arch, dataset, model and metric of ours into BasicSR's registries, so
+``build_network`` / ``build_model`` / ``calculate_metric`` find them by name: at once where basicsr is imported
+already, else as soon as the program imports basicsr (:mod:`.basicsr_import`), so that programs that never use
+BasicSR's registries (the ``mcnet-sr`` command) do not pay for importing basicsr. The torchvision alias that
+basicsr 1.4.2 needs is installed before basicsr runs. :func:`register` does it now.
 """
-import sys
+import importlib
 
-import mcnet_basicsr_hook
-from . import deq, ops  # noqa: E402,F401  (plain torch: no registries)
-from .version import __version__  # noqa: E402,F401
+from . import basicsr_import
+from .version import __version__  # noqa: F401
 
 _registered = False
 
@@ -20,8 +17,7 @@ _registered = False
 def register():
     """Register every arch, dataset, loss, metric and model of ours into BasicSR's registries (idempotent).
 
-    Imports basicsr (after installing the torchvision alias it needs). ``import mcnet_basicsr`` calls it, unless
-    the ``mcnet-sr`` command deferred it; BasicSR entry points of ours call it too.
+    Imports basicsr (after installing the torchvision alias it needs).
     """
     global _registered
     if _registered:
@@ -35,16 +31,24 @@ def register():
 
 
 def _register():
-    mcnet_basicsr_hook.deactivate()  # we import basicsr and register right here
-    mcnet_basicsr_hook.install_torchvision_alias()
-    import basicsr  # noqa: F401
+    basicsr_import.install_torchvision_alias()
+    import basicsr  # noqa: F401  (through the finder, if it waits: its callbacks run, this one returns at once)
 
     from .utils import registration
     registration.go_live()
     from . import archs, data, losses, metrics, models  # noqa: F401  (their modules register on import)
 
 
-if mcnet_basicsr_hook.registration_deferred() and 'basicsr' not in sys.modules:
-    mcnet_basicsr_hook.activate()  # whoever imports basicsr first gets our types registered with it
-else:
-    register()
+def __getattr__(name):
+    """Subpackages as attributes (``mcnet_basicsr.ops``) without importing torch with the package."""
+    if name.startswith('_'):
+        raise AttributeError(name)
+    try:
+        return importlib.import_module(f'{__name__}.{name}')
+    except ModuleNotFoundError as err:
+        if err.name != f'{__name__}.{name}':
+            raise
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}') from None
+
+
+basicsr_import.after_basicsr_import(register)

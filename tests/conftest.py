@@ -24,9 +24,9 @@ if str(REPO_ROOT) not in sys.path:
 if str(BENCHMARKS) not in sys.path:
     sys.path.append(str(BENCHMARKS))
 
-import mcnet_basicsr_hook  # noqa: E402
+from mcnet_basicsr.basicsr_import import install_torchvision_alias  # noqa: E402
 
-mcnet_basicsr_hook.install_torchvision_alias()
+install_torchvision_alias()
 
 XDIST_DEFAULTS = {'numprocesses': 'auto', 'maxprocesses': 4, 'dist': 'worksteal'}
 

@@ -1,4 +1,5 @@
-"""``mcnet-sr``'s command line (``mcnet_sr_cli``): options are parsed and checked before anything heavy is imported.
+"""``mcnet-sr``'s command line (``mcnet_basicsr.cli.options``): options are parsed and checked before anything heavy
+is imported.
 
 Each check runs a fresh interpreter, so what is in ``sys.modules`` is what the command line itself imported.
 """
@@ -9,14 +10,15 @@ import pytest
 
 from conftest import REPO_ROOT, repo_env
 
-HEAVY = ('torch', 'basicsr', 'cv2', 'skimage', 'mcnet_basicsr')
+# the package itself is light to import (its registration waits for basicsr); its subpackages of torch code are not
+HEAVY = ('torch', 'basicsr', 'cv2', 'skimage', 'mcnet_basicsr.ops', 'mcnet_basicsr.cli.inference')
 
 # parse as the console script does, then report the exit status and which heavy modules got imported
 PROBE = f"""
 import sys
-import mcnet_sr_cli
+from mcnet_basicsr.cli import main as cli_main
 try:
-    code = mcnet_sr_cli.main(sys.argv[1:])
+    code = cli_main.main(sys.argv[1:])
 finally:
     print('heavy:', ','.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)
 sys.exit(code)
@@ -48,7 +50,7 @@ def test_help_imports_nothing_heavy():
 def test_every_option_has_a_one_line_help_in_its_group():
     """Each option's help fits the help column of an 80-column terminal (one line); each option is in one of the five
     groups."""
-    from mcnet_sr_cli import build_parser
+    from mcnet_basicsr.cli.options import build_parser
     parser = build_parser()
     titles = {'input and output', 'model', 'degradation (what made the input)', 'solver', 'device'}
     grouped = {id(a) for g in parser._action_groups if g.title in titles for a in g._group_actions}
@@ -77,11 +79,11 @@ def test_help_readme_and_docs_name_the_layers_the_cards_list():
     names every card, and every layer file in mcnet_basicsr/weights has a card."""
     import re
 
-    import mcnet_sr_cli
-    text = mcnet_sr_cli.shipped_layers_text()
-    cards = mcnet_sr_cli.MODELS
+    from mcnet_basicsr.cli import options as cli_options
+    text = cli_options.shipped_layers_text()
+    cards = cli_options.MODELS
     for family, section in cards['families'].items():
-        sentence = text.split(f'For {mcnet_sr_cli.FAMILY_LR[family]}: ')[1].split('.')[0]
+        sentence = text.split(f'For {cli_options.FAMILY_LR[family]}: ')[1].split('.')[0]
         listed = {}
         for group in sentence.split('; '):
             names, scales = re.fullmatch(r'([a-z_, ]+?) (x\d(?:, x\d)*)', group).groups()
@@ -94,7 +96,7 @@ def test_help_readme_and_docs_name_the_layers_the_cards_list():
                    for c in b.get(section, {}).values()}
     shipped = {p.name for p in (REPO_ROOT / 'mcnet_basicsr' / 'weights').glob('mcnet_*.pth') if '_start' not in p.name}
     assert layer_files == shipped
-    help_text = mcnet_sr_cli.build_parser().format_help()
+    help_text = cli_options.build_parser().format_help()
     assert unwrap(text) in unwrap(help_text)
     for path in ('README.md', 'docs/Inference.md'):
         assert unwrap(marked_block(path, 'shipped-layers')) == unwrap(text), path
@@ -121,21 +123,21 @@ def test_bad_arguments_answer_with_one_line_and_import_nothing_heavy(tmp_path):
 
 
 def test_the_heavy_part_raises_the_usage_error_of_the_command_line():
-    import mcnet_sr_cli
     from mcnet_basicsr.cli import inference
-    assert inference.UsageError is mcnet_sr_cli.UsageError  # raised in the heavy part, caught the same way
+    from mcnet_basicsr.cli import options as cli_options
+    assert inference.UsageError is cli_options.UsageError  # raised in the heavy part, caught the same way
 
 
 def test_defaults_are_the_model_cards():
     """Without --backbone the command runs the card's default model of the scale; each model's --tol, --extrapolation
     and --iters defaults are its card's; --tol and --extrapolation always win."""
-    import mcnet_sr_cli
+    from mcnet_basicsr.cli import options as cli_options
     from mcnet_basicsr.zoo.pretrained import MODELS, model_card
-    parse = lambda *extra: mcnet_sr_cli.parse_args(['photo.png', '-o', 'out', *extra])  # noqa: E731
-    assert mcnet_sr_cli.MODELS == MODELS  # the command line found the package's cards
+    parse = lambda *extra: cli_options.parse_args(['photo.png', '-o', 'out', *extra])  # noqa: E731
+    assert cli_options.MODELS == MODELS  # the command line found the package's cards
     shipped = [(b, s) for b in MODELS['backbones'] for s in MODELS['backbones'][b]['models']]
     assert len(shipped) == 13
-    for s in mcnet_sr_cli.SCALES:
+    for s in cli_options.SCALES:
         args = parse('--scale', str(s))
         card = model_card(MODELS['default'][s], s)
         assert args.backbone == MODELS['default'][s]
@@ -146,10 +148,10 @@ def test_defaults_are_the_model_cards():
         assert (args.tol, args.extrapolation, args.iters) == (card['tol'], card['extrapolation'], MODELS['max_iter'])
     assert parse('--scale', '2', '--tol', '1e-3').tol == 1e-3
     assert parse('--scale', '2', '--extrapolation', '0').extrapolation == 0
-    with pytest.raises(mcnet_sr_cli.UsageError, match='--tol'):
+    with pytest.raises(cli_options.UsageError, match='--tol'):
         parse('--scale', '2', '--tol', '0')
     for bad in ('-0.5', 'nan', 'inf'):
-        with pytest.raises(mcnet_sr_cli.UsageError, match='--extrapolation'):
+        with pytest.raises(cli_options.UsageError, match='--extrapolation'):
             parse('--scale', '2', '--extrapolation', bad)
 
 
@@ -176,8 +178,8 @@ def test_latency_benchmark_times_each_stage(tmp_path):
 # allocate and free one large block, then time the page faults of allocating and filling it again
 REUSE_PROBE = """
 import ctypes, resource, sys
-import mcnet_sr_cli
-applied = mcnet_sr_cli.keep_freed_memory(min_ram=0) if sys.argv[1] == 'keep' else None
+from mcnet_basicsr.cli import main as cli_main
+applied = cli_main.keep_freed_memory(min_ram=0) if sys.argv[1] == 'keep' else None
 n = 256 << 20
 block = ctypes.create_string_buffer(n)  # allocated and zero-filled: every page touched
 del block
@@ -209,8 +211,8 @@ def test_the_command_reuses_freed_memory():
 def test_freed_memory_is_kept_only_with_enough_memory():
     """Keeping freed memory raises the peak (6.5 against 4.3 GB for a 2048 x 2048 output on the CPU): below
     ``min_ram`` of physical memory nothing changes."""
-    import mcnet_sr_cli
-    assert mcnet_sr_cli.keep_freed_memory(min_ram=1 << 60) is False
+    from mcnet_basicsr.cli import main as cli_main
+    assert cli_main.keep_freed_memory(min_ram=1 << 60) is False
 
 
 def test_the_command_keeps_memory_unless_tiled(monkeypatch, tmp_path):
@@ -218,33 +220,33 @@ def test_the_command_keeps_memory_unless_tiled(monkeypatch, tmp_path):
     (bounded memory asked for), and never for callers of ``main`` in their own process."""
     import types
 
-    import mcnet_sr_cli
+    from mcnet_basicsr.cli import main as cli_main
     calls = []
-    monkeypatch.setattr(mcnet_sr_cli, 'keep_freed_memory', lambda: calls.append('kept'))
-    monkeypatch.setattr(mcnet_sr_cli, 'load_inference', lambda: types.SimpleNamespace(execute=lambda args, models: 0))
+    monkeypatch.setattr(cli_main, 'keep_freed_memory', lambda: calls.append('kept'))
+    monkeypatch.setattr(cli_main, 'load_inference', lambda: types.SimpleNamespace(execute=lambda args, models: 0))
     argv = ['a.png', '-o', str(tmp_path), '--scale', '2']
-    assert mcnet_sr_cli.main(argv) == 0 and calls == []
-    assert mcnet_sr_cli.main(argv, keep_memory=True) == 0 and calls == ['kept']
-    assert mcnet_sr_cli.main(argv + ['--tile', '64'], keep_memory=True) == 0 and calls == ['kept']
-    assert mcnet_sr_cli.main(argv + ['--scale', '5'], keep_memory=True) == 2 and calls == ['kept']
+    assert cli_main.main(argv) == 0 and calls == []
+    assert cli_main.main(argv, keep_memory=True) == 0 and calls == ['kept']
+    assert cli_main.main(argv + ['--tile', '64'], keep_memory=True) == 0 and calls == ['kept']
+    assert cli_main.main(argv + ['--scale', '5'], keep_memory=True) == 2 and calls == ['kept']
 
 
 def test_degradation_names_are_the_operators():
     """The command line lists the degradations without importing torch: the same names as the package's."""
-    import mcnet_sr_cli
+    from mcnet_basicsr.cli import options as cli_options
     from mcnet_basicsr.ops import DEGRADATIONS, MatlabBicubicDownsample, build_degradation
-    assert mcnet_sr_cli.DEGRADATIONS == tuple(DEGRADATIONS)
-    assert type(build_degradation(mcnet_sr_cli.DEFAULT_DEGRADATION, 2)) is MatlabBicubicDownsample
+    assert cli_options.DEGRADATIONS == tuple(DEGRADATIONS)
+    assert type(build_degradation(cli_options.DEFAULT_DEGRADATION, 2)) is MatlabBicubicDownsample
 
 
 def test_measurement_options_and_their_defaults(tmp_path):
     """--degradation (default MATLAB bicubic), --kernel (a file), --noise (>= 0), --channels (y with MATLAB bicubic,
     rgb with another operator unless given); each bad value is a UsageError naming it."""
-    import mcnet_sr_cli
+    from mcnet_basicsr.cli import options as cli_options
     kernel = tmp_path / 'k.npy'
     kernel.write_bytes(b'')  # the parser checks that it exists; reading it is the heavy part's
-    parse = lambda *extra: mcnet_sr_cli.parse_args(['photo.png', '-o', str(tmp_path / 'out'), '--scale', '2',  # noqa
-                                                    *extra])
+    parse = lambda *extra: cli_options.parse_args(['photo.png', '-o', str(tmp_path / 'out'), '--scale', '2',  # noqa
+                                                   *extra])
     args = parse()
     assert (args.degradation, args.kernel, args.kernel_index, args.noise, args.channels) == \
         ('matlab-bicubic', None, None, 0.0, 'y')
@@ -266,6 +268,18 @@ def test_measurement_options_and_their_defaults(tmp_path):
         (['--kernel-index', 'two', '--kernel', str(kernel)], "invalid int value: 'two'"),
     ]
     for extra, what in cases:
-        with pytest.raises(mcnet_sr_cli.UsageError) as err:
+        with pytest.raises(cli_options.UsageError) as err:
             parse(*extra)
         assert what in str(err.value) and '\n' not in str(err.value), (extra, str(err.value))
+
+
+def test_the_console_script_names_the_entry_point():
+    """setup.py's ``mcnet-sr`` console script is :func:`mcnet_basicsr.cli.main.console_main`, and nothing of the
+    command is a top-level module any more."""
+    import importlib
+    import re
+    text = (REPO_ROOT / 'setup.py').read_text(encoding='utf-8')
+    module, func = re.search(r"'mcnet-sr=([\w.]+):(\w+)'", text).groups()
+    assert (module, func) == ('mcnet_basicsr.cli.main', 'console_main')
+    assert callable(getattr(importlib.import_module(module), func))
+    assert re.search(r"py_modules=\['mcnet_basicsr_hook'\]", text) and not (REPO_ROOT / 'mcnet_sr_cli.py').exists()

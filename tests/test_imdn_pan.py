@@ -222,7 +222,7 @@ def test_resizer_layer_beats_the_bicubic_layer_on_opencv_cubic_lr(name, scale):
     Table R cell records it (to 0.02 dB, the cells having come from other machines), more than 1 dB above the bicubic
     layer told the same (at x3 / x4) or the backbone alone (at x2, where no bicubic layer ships) in the same record;
     the outputs are consistent with the resizer to the uint8 level."""
-    import mcnet_sr_cli
+    from mcnet_basicsr.cli import options as cli_options
     from mcnet_basicsr.data.degradations import degraded_lr_uint8
     from mcnet_basicsr.ops import build_degradation, eps_from_rms
     from mcnet_basicsr.utils.color import luma
@@ -231,7 +231,7 @@ def test_resizer_layer_beats_the_bicubic_layer_on_opencv_cubic_lr(name, scale):
     weights = shared_path('weights', folder, f'IMDN_x{scale}.pth' if name == 'imdn' else f'PANx{scale}_DF2K.pth')
     cells = resizer_table_records()
     op = build_degradation('cv2-cubic', scale)
-    chosen = mcnet_sr_cli.layer_family(name, scale, degradation='cv2-cubic')
+    chosen = cli_options.layer_family(name, scale, degradation='cv2-cubic')
     assert chosen != 'bicubic'
     recorded = cells[f'mcnet_{name}_{chosen}@true|x{scale}|cv2-cubic|Set5']['per_image']
     other = cells[f'mcnet_{name}@true|x{scale}|cv2-cubic|Set5' if model_card(name, scale) is not None

@@ -103,7 +103,7 @@ def test_every_input_kind_round_trips(tmp_path, capsys):
 
     # colour / gray outputs are MCNetArch.forward's (up to the output's rounding) under the command's settings: FAST's
     # tolerance, the default iterations (100) and the model's extrapolation
-    from mcnet_sr_cli import default_extrapolation
+    from mcnet_basicsr.cli.options import default_extrapolation
     settings = {'solver': {'forward': {'tol': 1e-3, 'max_iter': 100}},
                 'extrapolation': default_extrapolation('srcnn', 2)}
     for name, chans in (('rgb8.png', 3), ('gray.png', 1)):
@@ -278,11 +278,12 @@ def test_cpu_model_runs_the_denoiser_channels_last():
     """On the CPU mcnet-sr runs the denoiser channels-last (oneDNN's faster layout there): the exact spectral-norm
     estimate survives the conversion, and the result (under the command's settings) is the contiguous model's to
     float32 rounding, in as many iterations."""
-    import mcnet_sr_cli
+    from mcnet_basicsr.cli import options as cli_options
     from mcnet_basicsr.cli.inference import command_settings, prepare_model
+    from mcnet_basicsr.cli.measurement import resolve_measurement
     cpu = torch.device('cpu')
-    args = mcnet_sr_cli.parse_args(['x.png', '-o', 'out', '--scale', '2', '--device', 'cpu', '--tol', '1e-4'])
-    model = prepare_model(args, cpu, models={})
+    args = cli_options.parse_args(['x.png', '-o', 'out', '--scale', '2', '--device', 'cpu', '--tol', '1e-4'])
+    model = prepare_model(args, resolve_measurement(args), cpu, models={})
     reference = get_model(2, cpu)
     settings = command_settings(args)
     assert settings.extrapolation == 0.25  # the command's default for this layer
@@ -673,11 +674,12 @@ def test_reflect_boundary_solves_on_the_padded_input_and_reports_the_true_model(
     assert float(rows['reflect']['fidelity_saved']) == pytest.approx(true_res['reflect'], rel=1e-3, abs=1e-6)
     assert true_res['reflect'] < 0.5 * true_res['circular'], true_res
     # the output is the crop of the layer's output on the padded LR
-    import mcnet_sr_cli
+    from mcnet_basicsr.cli import options as cli_options
     from mcnet_basicsr.cli.inference import command_settings, prepare_model
-    args = mcnet_sr_cli.parse_args([str(img), '-o', 'out', '--scale', '2', '--device', 'cpu', '--kernel',
-                                    str(tmp_path / 'k.npy'), '--boundary', 'reflect', *FAST])
-    model = prepare_model(args, torch.device('cpu'), models={})
+    from mcnet_basicsr.cli.measurement import resolve_measurement
+    args = cli_options.parse_args([str(img), '-o', 'out', '--scale', '2', '--device', 'cpu', '--kernel',
+                                   str(tmp_path / 'k.npy'), '--boundary', 'reflect', *FAST])
+    model = prepare_model(args, resolve_measurement(args), torch.device('cpu'), models={})
     pad = true_op.lr_padding
     assert pad == 2 + 2  # radius 4 HR pixels = 2 LR pixels, plus two
     with torch.no_grad(), model.settings(command_settings(args)):
@@ -724,7 +726,8 @@ def _assert_runs_layer(args, layer):
     """The model mcnet-sr builds for ``args`` holds the shipped ``layer``'s weights (its ``_extra_state``, the record of
     backbone and scale, is checked on loading)."""
     from mcnet_basicsr.cli.inference import prepare_model
-    state = prepare_model(args, torch.device('cpu'), models={}).state_dict()
+    from mcnet_basicsr.cli.measurement import resolve_measurement
+    state = prepare_model(args, resolve_measurement(args), torch.device('cpu'), models={}).state_dict()
     for name, value in torch.load(weight_path(layer), map_location='cpu')['params'].items():
         if name != '_extra_state':
             assert torch.equal(state[name], value), (layer, name)
@@ -734,15 +737,15 @@ def test_degradation_at_x4_runs_the_layer_its_cards_name(tmp_path, capsys):
     """--degradation at x4 runs the layer whose card lists the resizer (IMDN: the one trained on blur kernels, for
     OpenCV's resizers; PAN: the one trained on resizers, for Pillow's Lanczos) and the bicubic layer for the others;
     the output is consistent with the resizer in R, G and B."""
-    import mcnet_sr_cli
+    from mcnet_basicsr.cli import options as cli_options
     torch.manual_seed(0)
     backbone, img = _backbone_and_resized_lr(tmp_path, 4, 'cv2-area', photo('astronaut', 64, 80))
     common = ['--scale', '4', '--backbone', 'imdn', '--backbone-weights', backbone]
     for degradation, family, layer in (('cv2-cubic', 'kernels', 'mcnet_imdn_kernels_x4.pth'),
                                        ('cv2-area', 'kernels', 'mcnet_imdn_kernels_x4.pth'),
                                        ('pil-bicubic', 'bicubic', 'mcnet_imdn_x4.pth')):
-        args = mcnet_sr_cli.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common,
-                                                         '--degradation', degradation]])
+        args = cli_options.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common,
+                                                        '--degradation', degradation]])
         assert args.layer_family == family and args.tol == 1e-4, degradation
         _assert_runs_layer(args, layer)
     out = tmp_path / 'out'
@@ -754,13 +757,13 @@ def test_degradation_at_x4_runs_the_layer_its_cards_name(tmp_path, capsys):
     eps = (1 / 255) / np.sqrt(12) * np.sqrt(16 * 20)  # the uint8 level, per channel
     assert float(read_summary(out)[str(img)]['fidelity']) <= eps * (1 + 1e-6)
     pan, _ = _backbone_and_resized_lr(tmp_path, 4, 'pil-lanczos', photo('astronaut', 64, 80), net='pan')
-    args = mcnet_sr_cli.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', '--scale', '4',
-                                                     '--backbone', 'pan', '--backbone-weights', pan,
-                                                     '--degradation', 'pil-lanczos']])
+    args = cli_options.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', '--scale', '4',
+                                                    '--backbone', 'pan', '--backbone-weights', pan,
+                                                    '--degradation', 'pil-lanczos']])
     assert args.layer_family == 'resizers'
     _assert_runs_layer(args, 'mcnet_pan_resizers_x4.pth')
     # SRCNN has no layer trained on resizers: --degradation keeps its bicubic layer
-    args = mcnet_sr_cli.parse_args([str(img), '-o', str(out), '--scale', '4', '--degradation', 'cv2-cubic'])
+    args = cli_options.parse_args([str(img), '-o', str(out), '--scale', '4', '--degradation', 'cv2-cubic'])
     assert args.layer_family == 'bicubic'
 
 
@@ -769,21 +772,21 @@ def test_degradation_with_imdn_at_x2_runs_the_layer_trained_on_blur_kernels(tmp_
     kernels (its card lists OpenCV's resizers: the best shipped layer there), says so, and its output is consistent
     with the resizer; a resizer no card lists is refused in one line, nothing written. PAN at x2 / x3 runs its
     layers trained on blur kernels too."""
-    import mcnet_sr_cli
+    from mcnet_basicsr.cli import options as cli_options
     torch.manual_seed(0)
     backbone, img = _backbone_and_resized_lr(tmp_path, 2, 'cv2-cubic', photo('astronaut', 32, 40))
     common = ['--scale', '2', '--backbone', 'imdn', '--backbone-weights', backbone]
-    args = mcnet_sr_cli.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common,
-                                                     '--degradation', 'cv2-cubic']])
+    args = cli_options.parse_args([str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common,
+                                                    '--degradation', 'cv2-cubic']])
     assert args.layer_family == 'kernels'
     _assert_runs_layer(args, 'mcnet_imdn_kernels_x2.pth')
     for scale in (2, 3):  # PAN's layers trained on blur kernels run there too
         (tmp_path / f'pan{scale}').mkdir()
         pan, lr = _backbone_and_resized_lr(tmp_path / f'pan{scale}', scale, 'cv2-cubic', photo('astronaut', 48, 60),
                                            net='pan')
-        args = mcnet_sr_cli.parse_args([str(a) for a in [lr, '-o', tmp_path / 'o', '--device', 'cpu', '--scale', scale,
-                                                         '--backbone', 'pan', '--backbone-weights', pan,
-                                                         '--degradation', 'cv2-cubic']])
+        args = cli_options.parse_args([str(a) for a in [lr, '-o', tmp_path / 'o', '--device', 'cpu', '--scale', scale,
+                                                        '--backbone', 'pan', '--backbone-weights', pan,
+                                                        '--degradation', 'cv2-cubic']])
         assert args.layer_family == 'kernels', scale
         _assert_runs_layer(args, f'mcnet_pan_kernels_x{scale}.pth')
     out = tmp_path / 'out'
@@ -804,9 +807,10 @@ def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsy
     """--backbone imdn --kernel runs the layer trained on blur kernels (at x2, where no bicubic layer ships, too): its
     beta per noise level and denoiser are the shipped file's, the solve takes --noise, and the output is consistent
     with the kernel in R, G and B. A layer with a beta per noise level given by --weights loads as well."""
-    import mcnet_sr_cli
     from mcnet_basicsr.archs.backbone_presets_arch import backbone_options
+    from mcnet_basicsr.cli import options as cli_options
     from mcnet_basicsr.cli.inference import prepare_model
+    from mcnet_basicsr.cli.measurement import resolve_measurement
     from mcnet_basicsr.utils.registration import build_network
     torch.manual_seed(0)
     backbone = tmp_path / 'imdn_x2.pth'  # an IMDN x2 of the official architecture (the weights are third-party)
@@ -819,9 +823,9 @@ def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsy
     shipped = torch.load(weight_path('mcnet_imdn_kernels_x2.pth'), map_location='cpu')['params']
     for extra in ([], ['--weights', weight_path('mcnet_imdn_kernels_x2.pth')]):
         argv = [str(a) for a in [img, '-o', tmp_path / 'o', '--device', 'cpu', *common, *extra]]
-        args = mcnet_sr_cli.parse_args(argv)
+        args = cli_options.parse_args(argv)
         assert args.layer_family == 'kernels' and args.tol == 1e-4
-        state = prepare_model(args, torch.device('cpu'), models={}).state_dict()
+        state = prepare_model(args, resolve_measurement(args), torch.device('cpu'), models={}).state_dict()
         for name, value in shipped.items():
             if torch.is_tensor(value):
                 assert torch.equal(state[name], value), name
@@ -838,5 +842,5 @@ def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsy
     assert len(err) == 1 and err[0].startswith('error: layer checkpoint') and 'junk.pth' in err[0], err
     assert not (tmp_path / 'none').exists()
     # SRCNN has no layer trained on blur kernels: --kernel keeps its bicubic layer
-    args = mcnet_sr_cli.parse_args([str(img), '-o', str(out), '--scale', '2', '--kernel', str(tmp_path / 'k.npy')])
+    args = cli_options.parse_args([str(img), '-o', str(out), '--scale', '2', '--kernel', str(tmp_path / 'k.npy')])
     assert args.layer_family == 'bicubic'

@@ -10,10 +10,11 @@ from conftest import REPO_ROOT
 PACKAGE = REPO_ROOT / 'mcnet_basicsr'
 SCRIPTS = REPO_ROOT / 'scripts'
 LAB = REPO_ROOT / 'benchmarks'
-TOP_LEVEL_MODULES = ('mcnet_sr_cli', 'mcnet_basicsr_hook')
-# what a user runs: python -m <module> (mcnet-sr's work is mcnet_basicsr.cli.inference, reached from mcnet_sr_cli)
+TOP_LEVEL_MODULES = ('mcnet_basicsr_hook', )
+# what a user runs: python -m <module>, the mcnet-sr console script (mcnet_basicsr.cli.main), the .pth hook
 ENTRY_POINTS = ('mcnet_basicsr', 'mcnet_basicsr.train', 'mcnet_basicsr.test', 'mcnet_basicsr.demo',
-                'mcnet_basicsr.autoload', *TOP_LEVEL_MODULES)
+                'mcnet_basicsr.autoload', 'mcnet_basicsr.cli.main', 'mcnet_basicsr.cli.__main__',
+                'mcnet_basicsr.cli.inference', *TOP_LEVEL_MODULES)
 # subpackages whose __init__ imports every module of theirs with this suffix (mcnet_basicsr.utils.registration)
 REGISTERED = {'archs': '_arch', 'data': '_dataset', 'losses': '_loss', 'models': '_model'}
 
@@ -42,10 +43,25 @@ def imported_names(path):
     return names
 
 
-def package_graph():
-    modules = {module_name(p): p for p in PACKAGE.rglob('*.py')}
+def package_graph(root=REPO_ROOT):
+    """Module -> the modules of the package and the top-level modules it imports, at module or function level."""
+    modules = {module_name(p): p for p in (root / 'mcnet_basicsr').rglob('*.py')}
+    modules.update({name: root / f'{name}.py' for name in TOP_LEVEL_MODULES if (root / f'{name}.py').is_file()})
     return {name: sorted(n for n in imported_names(path) if n in modules and n != name)
             for name, path in modules.items()}
+
+
+# layer -> the modules of the package it must not import (the package's root runs the registration of everything)
+FORBIDDEN = {'mcnet_basicsr.utils': lambda n: n == 'mcnet_basicsr' or not n.startswith('mcnet_basicsr.utils'),
+             'mcnet_basicsr.ops': lambda n: n == 'mcnet_basicsr' or n.split('.')[1] in ('archs', 'models', 'cli'),
+             'mcnet_basicsr.deq': lambda n: n == 'mcnet_basicsr' or n.split('.')[1] in ('archs', 'models', 'cli')}
+
+
+def upward_imports(graph):
+    """``(module, imported)`` pairs where a lower layer (helpers, operators, solvers) imports above itself."""
+    return [(name, n) for name, imported in sorted(graph.items()) for layer, forbidden in FORBIDDEN.items()
+            if name == layer or name.startswith(layer + '.') for n in imported
+            if n.startswith('mcnet_basicsr') and forbidden(n)]
 
 
 def product_files():
@@ -90,7 +106,17 @@ def test_find_cycle_sees_a_cycle():
 def test_no_import_cycles_inside_the_package():
     graph = package_graph()
     assert 'mcnet_basicsr.evaluation' in graph and 'mcnet_basicsr.utils.checkpoint' in graph
+    assert 'mcnet_basicsr_hook' in graph and 'mcnet_basicsr.cli.options' in graph['mcnet_basicsr.cli.inference']
     assert find_cycle(graph) is None
+
+
+def test_helpers_operators_and_solvers_import_nothing_above_them():
+    """utils/ imports nothing of the package outside utils/; ops/ and deq/ import no archs, models or cli; none of
+    them imports the package's root (which registers everything)."""
+    assert upward_imports({'mcnet_basicsr.utils.a': ['mcnet_basicsr.zoo.assets'], 'mcnet_basicsr.ops.b': [
+        'mcnet_basicsr.utils.c', 'mcnet_basicsr'], 'mcnet_basicsr.deq': ['mcnet_basicsr.deq.solvers']}) == [
+            ('mcnet_basicsr.ops.b', 'mcnet_basicsr'), ('mcnet_basicsr.utils.a', 'mcnet_basicsr.zoo.assets')]
+    assert upward_imports(package_graph()) == []
 
 
 def test_scripts_are_command_lines_nothing_imports():

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-import mcnet_sr_cli
 from conftest import sample_photo
+from mcnet_basicsr.cli import options as cli_options
 from mcnet_basicsr.cli.inference import get_model
 from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
 from mcnet_basicsr.ops import build_operator
@@ -55,7 +55,7 @@ def test_start_reaches_the_same_output_in_fewer_iterations(scale):
     hr = torch.from_numpy(sample_photo('astronaut', SIZE)).permute(2, 0, 1)[None].double() / 255.0
     lr = (build_operator({'type': 'bicubic', 'scale': scale})(hr).clamp(0, 1) * 255.0).round().float() / 255.0
     hr_bgr = np.round(hr[0].permute(1, 2, 0).numpy()[:, :, ::-1] * 255.0).astype(np.uint8)
-    tol = mcnet_sr_cli.default_tol('srcnn', scale)
+    tol = cli_options.default_tol('srcnn', scale)
     (it_start, _), (it_standard, _) = (_solve(scale, lr, hr_bgr, s, tol) for s in (True, False))
     (tables_its, psnr_start), (_, psnr_standard) = (_solve(scale, lr, hr_bgr, s, 1e-6) for s in (True, False))
     assert tables_its < 300 and psnr_start == pytest.approx(psnr_standard, abs=0.005)

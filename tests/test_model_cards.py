@@ -6,11 +6,10 @@ import os
 import pytest
 import yaml
 
-import mcnet_sr_cli
 from conftest import REPO_ROOT, resizer_table_cells, same_operator_resizers
 from mcnet_basicsr.archs.backbone_presets_arch import BACKBONE_PRESETS
-from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS
-from mcnet_basicsr.zoo import pretrained
+from mcnet_basicsr.ops import DEGRADATIONS, QUANTIZATION_EPS_RMS
+from mcnet_basicsr.zoo import cards, pretrained
 from mcnet_basicsr.zoo.pretrained import MODELS, model_card
 
 CARDS = [(b, s, c) for b, entry in MODELS['backbones'].items() for s, c in entry['models'].items()]
@@ -23,7 +22,7 @@ RECORD_ROW = {'official': lambda b: (b, 'official'), 'shipped': lambda b: (b.rep
 
 def test_cards_are_complete_and_name_shipped_files():
     assert set(MODELS) == {'default', 'max_iter', 'families', 'backbones'}
-    assert MODELS['families'] == mcnet_sr_cli.MODELS['families'] and MODELS['families']['bicubic'] == 'models'
+    assert MODELS['families'] == cards.MODELS['families'] and MODELS['families']['bicubic'] == 'models'
     assert isinstance(MODELS['max_iter'], int) and MODELS['max_iter'] >= 1
     for b, entry in MODELS['backbones'].items():
         assert set(entry) - {'kernels', 'resizers'} == {'name', 'eps_rms', 'scored_on', 'models'}, b
@@ -48,7 +47,7 @@ def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, s
     card = model_card(backbone, scale, 'kernels')
     assert set(card) - {'degradations'} == {'layer', 'tol', 'extrapolation', 'cbsd68'}
     assert isinstance(card['tol'], float) and 0 < card['tol'] < 1 and isinstance(card['extrapolation'], float)
-    assert mcnet_sr_cli.model_card(backbone, scale, 'kernels') == card
+    assert cards.model_card(backbone, scale, 'kernels') == card
     records = [json.loads(p.read_text()) for p in (REPO_ROOT / 'benchmarks' / 'records').glob('kernel_table_*.json')]
     row = f'mcnet_{backbone}_kernels|x{scale}|'
     means = [sum(c['psnr'] for k, c in r['cells'].items() if k.startswith(row)) / 12 for r in records
@@ -83,7 +82,7 @@ def test_resizer_layers_are_shipped_and_load_as_their_test_options_do(backbone, 
     card = model_card(backbone, scale, 'resizers')
     assert {'layer', 'tol', 'extrapolation'} <= set(card) <= {'layer', 'tol', 'extrapolation', 'degradations'}
     assert isinstance(card['tol'], float) and 0 < card['tol'] < 1 and isinstance(card['extrapolation'], float)
-    assert mcnet_sr_cli.model_card(backbone, scale, 'resizers') == card
+    assert cards.model_card(backbone, scale, 'resizers') == card
     option = yaml.safe_load((REPO_ROOT / 'options' / f'test_mcnet_{backbone}_resizers_x{scale}.yml').read_text())
     assert os.path.basename(option['path']['pretrain_network_g']) == card['layer']
     assert os.path.isfile(pretrained.weight_path(card['layer']))
@@ -107,7 +106,7 @@ def test_each_resizer_runs_the_best_shipped_layer_measured_and_cards_score_it(ba
     for family, row in rows.items():
         card = model_card(backbone, scale, family)
         names = card.get('degradations', {})
-        assert set(names) <= set(mcnet_sr_cli.DEGRADATIONS), (family, names)
+        assert set(names) <= set(DEGRADATIONS), (family, names)
         measured = {m for k in cells if k.startswith(f'{row}|x{scale}|') for m in same[k.split('|')[2]]}
         measured = {r for r in measured if all(_has(cells, row, scale, r, s, same) for s in SETS)}
         for resizer in sorted(measured):
@@ -120,8 +119,8 @@ def test_each_resizer_runs_the_best_shipped_layer_measured_and_cards_score_it(ba
         assert set(names) <= measured, (family, set(names) - measured)
         assert names == {r: round(_cell(cells, row, scale, r, 'CBSD68', same), 2) for r in names}, family
         listed.update({r: family for r in names})
-    for resizer in mcnet_sr_cli.DEGRADATIONS:
-        assert mcnet_sr_cli.layer_family(backbone, scale, degradation=resizer) == listed.get(resizer, 'bicubic')
+    for resizer in DEGRADATIONS:
+        assert cards.layer_family(backbone, scale, degradation=resizer) == listed.get(resizer, 'bicubic')
 
 
 def test_radius_names_are_the_package_constants():
@@ -144,7 +143,7 @@ def test_scores_are_the_recorded_tables(backbone, scale):
 def test_unshipped_pairs_are_refused_with_the_shipped_scales():
     for b, entry in MODELS['backbones'].items():
         for s in set(pretrained.SCALES) - set(entry['models']):
-            assert model_card(b, s) is None and mcnet_sr_cli.default_tol(b, s) is None
+            assert model_card(b, s) is None and cards.default_tol(b, s) is None
             with pytest.raises(ValueError, match=f'No MCNet layer ships for {b} at x{s}.*layers exist for x3 and x4'):
                 pretrained.check_available(b, s, backbone_path='weights.pth')
     with pytest.raises(ValueError, match='official imdn weights are not shipped'):

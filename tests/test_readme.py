@@ -24,10 +24,10 @@ def test_the_cpu_only_install_is_a_command_of_its_own_before_the_demo():
 
 
 def test_the_opening_says_which_layers_are_exact_and_which_keep_the_quantisation_ball():
-    import mcnet_sr_cli
+    from mcnet_basicsr.cli import options as cli_options
     opening = readme().split('![')[0]
     assert 'exactly consistent with the LR input' not in opening
-    backbones = mcnet_sr_cli.MODELS['backbones']
+    backbones = cli_options.MODELS['backbones']
     exact = [c['name'] for c in backbones.values() if c['eps_rms'] is None]
     assert exact == ['SRCNN'] and "SRCNN's layers use eps = 0: their float output reproduces `b` to float precision" \
         in ' '.join(opening.split())

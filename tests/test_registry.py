@@ -23,8 +23,11 @@ def test_import_registers_every_name():
     code = f"""
 import sys
 sys.path.insert(0, {str(REPO_ROOT)!r})
-import mcnet_basicsr_hook
-mcnet_basicsr_hook.install_torchvision_alias()
+try:  # the alias basicsr 1.4.2 needs (mcnet_basicsr.basicsr_import's), without importing the package
+    import torchvision.transforms.functional_tensor
+except ImportError:
+    import torchvision.transforms.functional
+    sys.modules['torchvision.transforms.functional_tensor'] = torchvision.transforms.functional
 import basicsr.archs, basicsr.models, basicsr.metrics
 from basicsr.utils.registry import ARCH_REGISTRY, METRIC_REGISTRY, MODEL_REGISTRY
 names = [(ARCH_REGISTRY, n) for n in {ARCHS!r}] + [(MODEL_REGISTRY, 'MCNetModel'),

@@ -45,8 +45,8 @@ def test_cli_leaves_basicsr_out_then_registers_when_basicsr_comes(tmp_path):
     script in the same process) still finds every type, the CLI's deferred registration notwithstanding."""
     photo = _tiny_png(tmp_path)
     out = _python(
-        "import sys, mcnet_sr_cli\n"
-        f"status = mcnet_sr_cli.main([{str(photo)!r}, '-o', {str(tmp_path / 'out')!r}, '--scale', '2', "
+        "import sys\nfrom mcnet_basicsr.cli import main as cli_main\n"
+        f"status = cli_main.main([{str(photo)!r}, '-o', {str(tmp_path / 'out')!r}, '--scale', '2', "
         "'--device', 'cpu'])\n"
         f"heavy = sorted(m for m in sys.modules if m.startswith({HEAVY!r}))\n"
         "import mcnet_basicsr\n"
@@ -60,11 +60,9 @@ def test_cli_leaves_basicsr_out_then_registers_when_basicsr_comes(tmp_path):
 
 @pytest.mark.slow  # a fresh interpreter
 def test_register_repairs_a_deferred_import():
-    out = _python("import mcnet_basicsr_hook\n"
-                  "mcnet_basicsr_hook.defer_registration()\n"
-                  "import mcnet_basicsr, sys\n"
-                  "mcnet_basicsr_hook.defer_registration(False)\n"
-                  "mcnet_basicsr_hook.deactivate()  # not even the hook: register() alone must do it\n"
+    out = _python("import mcnet_basicsr, sys\n"
+                  "from mcnet_basicsr import basicsr_import\n"
+                  "basicsr_import.deactivate()  # not even the finder: register() alone must do it\n"
                   "before = 'basicsr' in sys.modules\n"
                   "mcnet_basicsr.register(); mcnet_basicsr.register()\n"
                   "from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY\n"
@@ -77,15 +75,15 @@ def test_cli_in_process_after_a_normal_import(tmp_path):
     from basicsr.utils.registry import ARCH_REGISTRY
 
     import mcnet_basicsr  # noqa: F401
-    import mcnet_sr_cli
+    from mcnet_basicsr.cli import main as cli_main
     photo = _tiny_png(tmp_path)
-    assert mcnet_sr_cli.main([str(photo), '-o', str(tmp_path), '--scale', '2', '--device', 'cpu']) == 0
+    assert cli_main.main([str(photo), '-o', str(tmp_path), '--scale', '2', '--device', 'cpu']) == 0
     assert 'MCNetArch' in ARCH_REGISTRY
 
 
 @pytest.mark.slow  # a fresh interpreter
 def test_console_main_exits_with_the_status(tmp_path):
-    proc = subprocess.run([sys.executable, '-c', 'import mcnet_sr_cli; mcnet_sr_cli.console_main()',
+    proc = subprocess.run([sys.executable, '-c', 'from mcnet_basicsr.cli.main import console_main; console_main()',
                            str(tmp_path / 'missing.png'), '-o', str(tmp_path / 'out'), '--scale', '2', '--device',
                            'cpu'], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
                           env=repo_env())

@@ -1,2 +1,2 @@
-"""The ``mcnet-sr`` command: its work (:mod:`.inference`); the argument parser is the top-level ``mcnet_sr_cli``
-module, which answers ``--help`` without importing this package."""
+"""The ``mcnet-sr`` command: its options (:mod:`.options`, standard library and PyYAML only, so ``--help`` answers
+at once), its entry point (:mod:`.main`) and its work (:mod:`.inference`)."""

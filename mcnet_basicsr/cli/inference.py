@@ -9,7 +9,7 @@ Usage::
              [--threads N] [--tile N] [--compare] [--gt PATH_OR_DIR] [--force | --skip-existing] [-v]
     python -m mcnet_basicsr.cli.inference ...
 
-The options and their checks live in :mod:`mcnet_sr_cli` (standard library only), so ``--help`` and a bad
+The options and their checks live in :mod:`.options` (standard library and PyYAML only), so ``--help`` and a bad
 option answer before anything heavy is imported; this module does the work once they are valid.
 
 INPUT: files, folders (their PNG/JPEG/BMP/TIFF files, not recursive) or glob patterns. 8- or 16-bit,
@@ -70,12 +70,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-import mcnet_sr_cli
-from mcnet_sr_cli import UsageError, print_error
 from ..archs.layer_settings import LayerSettings
 from ..deq import release_cuda_graph_memory
-from ..ops import (BlurDownsample, ReflectBlurDownsample, build_degradation, fold_channels, imresize, load_kernel,
-                   reflect_pad, repeat_samples)
+from ..ops import fold_channels, imresize, reflect_pad, repeat_samples
 from ..utils.checkpoint import (CheckpointError, read_checkpoint, saved_record, select_state_dict, split_record,
                                 state_dict_mismatch)
 from ..utils.color import luma, ycbcr_to_rgb
@@ -87,6 +84,8 @@ from ..utils.progress import solver_progress
 from ..utils.tiling import global_ops, needs_tiling, tiles
 from ..zoo.pretrained import (TRAINED_FOR, backbone_name, build_pretrained_mcnet, check_available, default_eps_rms,
                               model_card)
+from .measurement import resolve_measurement
+from .options import UsageError, one_line, parse_command, print_error
 
 MIN_LR_SIDE = 4  # smallest LR width/height accepted
 NOT_CONVERGED = 'not converged'  # summary.csv's status of a solve stopped by --iters before reaching --tol
@@ -156,11 +155,6 @@ def _check_scale(path, what, scale, checkpoint=None):
         raise UsageError(f'{path}: {what} is for x{trained} (from {how}) but --scale is {scale}')
 
 
-def _one_line(text, limit=300):
-    text = ' '.join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + '...'
-
-
 def read_layer_weights(path):
     """The checkpoint and state dict of an MCNet layer file (a one-line UsageError where it is not one)."""
     try:
@@ -195,7 +189,7 @@ def load_layer_weights(model, path, scale, ckpt, state):
     try:
         model.load_state_dict(state, strict=True)
     except (RuntimeError, ValueError) as err:  # anything else the model refuses: one line, exit status 2
-        raise UsageError(f'{path}: {_one_line(err, 200)}') from None
+        raise UsageError(f'{path}: {one_line(err, 200)}') from None
 
 
 def _file_key(path):
@@ -261,12 +255,12 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
                                        start=weights_path is None, eps_rms=eps_rms, channels=channels,
                                        family=family, layer=weights_path is None, beta_noise=beta_noise)
     except FileNotFoundError as err:
-        raise UsageError(_one_line(err)) from None
+        raise UsageError(one_line(err)) from None
     except Exception as err:
         if backbone_path is None:
             raise
         raise UsageError(f'{backbone_path}: does not fit the {backbone_name(backbone)} backbone '
-                         f'({_one_line(err, 200)})') from None
+                         f'({one_line(err, 200)})') from None
     if weights_path is not None:
         load_layer_weights(model, weights_path, scale, *layer_file)
     model = model.eval()
@@ -290,48 +284,14 @@ def resolve_device(name):
 
 
 # ---------------------------------------------------------------------------------------- inference
-def measurement(args, model):
-    """The operator that made the inputs, as the options name it: the layer's own (MATLAB bicubic) by default,
-    ``--degradation``'s, or ``--kernel``'s blur and decimation. A bad kernel is a UsageError (one line)."""
-    if args.kernel is not None:
-        try:
-            kernel = load_kernel(args.kernel, args.kernel_index)
-        except ValueError as err:  # load_kernel's own message says what is wrong (numpy's may not name the file)
-            msg = _one_line(err)
-            raise UsageError(f'--kernel: {msg}' if args.kernel in msg else f'--kernel {args.kernel}: {msg}') from None
-        except Exception as err:  # noqa: BLE001 -- unreadable: numpy's, scipy's or Pillow's own error
-            raise UsageError(f'{args.kernel}: --kernel file cannot be read as a kernel ({_one_line(err, 200)})') \
-                from None
-        return BlurDownsample(args.scale, kernel)
-    if args.degradation == mcnet_sr_cli.DEFAULT_DEGRADATION:
-        return model.operator  # the shipped layers' operator: the command's results without the option
-    return build_degradation(args.degradation, args.scale)
-
-
-def measurement_name(args):
-    """How the console line names the operator, e.g. 'cv2-area' or 'kernel k.npy'."""
-    if args.kernel is None:
-        return args.degradation
-    index = '' if args.kernel_index is None else f' [{args.kernel_index}]'
-    return f'kernel {osp.basename(args.kernel)}{index}'
-
-
-def model_line(args):
+def model_line(args, measurement):
     """The run's first console line: the model, the layer file it runs (and what it was trained for) and ``A``."""
     if args.weights is None:
-        card = model_card(args.backbone, args.scale, args.layer_family)
-        layer = f"layer {card['layer']} (trained for {TRAINED_FOR[args.layer_family]})"
+        card = model_card(args.backbone, args.scale, measurement.family)
+        layer = f"layer {card['layer']} (trained for {TRAINED_FOR[measurement.family]})"
     else:
         layer = f'layer {args.weights}'
-    return f'MCNet + {backbone_name(args.backbone)} x{args.scale}: {layer}, A = {measurement_name(args)}'
-
-
-def check_kernel_fits(operator, h, w, scale):
-    """ImageError where a blur kernel is larger than the output (HR) of an h x w input."""
-    kernel = getattr(operator, 'kernel', None)
-    if kernel is not None and (kernel.shape[-2] > h * scale or kernel.shape[-1] > w * scale):
-        raise ImageError(f'the {kernel.shape[-1]}x{kernel.shape[-2]} blur kernel is larger than the '
-                         f'{w * scale}x{h * scale} output of this {w}x{h} input; the kernel must fit in the output')
+    return f'MCNet + {backbone_name(args.backbone)} x{args.scale}: {layer}, A = {measurement.name}'
 
 
 def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
@@ -419,13 +379,10 @@ def make_figure(model, colour, result, gt_arr, scale):
 
 
 # ---------------------------------------------------------------------------------------- main loop
-def process_image(row, args, model, device, out_names, n_inputs, operator=None):
-    """Process the input ``row['input']``, filling its summary ``row`` (``status`` 'ok', or 'not converged' where the
-    solve stopped at --iters before --tol); raises on failure (:class:`Refused` where outputs are in the way). With
-    ``--skip-existing`` an input whose outputs all exist is left alone (``row['status']``: 'skipped'). ``operator``:
-    what made the inputs (default: :func:`measurement` of the options)."""
-    if operator is None:
-        operator = measurement(args, model)
+def claim_outputs(row, args, out_names):
+    """The output paths of the input ``row['input']`` (image, comparison figure or None), recorded in ``out_names``
+    (output -> input) for this run; None where ``--skip-existing`` leaves the input alone (``row['status']``:
+    'skipped'). Raises :class:`Refused` where its outputs are in the way."""
     path = row['input']
     stem = osp.splitext(osp.basename(path))[0]
     out_path = osp.join(args.output, f'{stem}_x{args.scale}.png')
@@ -437,52 +394,80 @@ def process_image(row, args, model, device, out_names, n_inputs, operator=None):
     if args.skip_existing and all(osp.lexists(p) for p in outputs):
         out_names.update(dict.fromkeys(outputs, path))
         row.update(status='skipped', output=out_path, compare=cmp_path or '')
-        return
+        return None
     for p in outputs:
         if not args.force and osp.lexists(p):
             raise Refused(f'{p} already exists (use --force to overwrite it, or --skip-existing to skip the inputs '
                           'whose outputs all exist)')
     out_names.update(dict.fromkeys(outputs, path))
+    return out_path, cmp_path
 
+
+def read_input(row, args, measurement, n_inputs, with_gt):
+    """The input image of ``row`` as ``(colour, alpha, peak)`` (:func:`split_image`) and its ground truth (None
+    without ``with_gt``); its sizes go into ``row``. Raises ImageError where it cannot be processed."""
+    path = row['input']
     img = read_image(path)
     h, w = img.shape[:2]
     row.update(in_h=h, in_w=w, out_h=h * args.scale, out_w=w * args.scale,
                channels=1 if img.ndim == 2 else img.shape[2], bit_depth=img.dtype.itemsize * 8)
     if min(h, w) < MIN_LR_SIDE:
         raise ImageError(f'image too small ({w}x{h}); at least {MIN_LR_SIDE}x{MIN_LR_SIDE} pixels are needed')
-    check_kernel_fits(operator, h, w, args.scale)
-    gt_path = find_gt(args.gt, path, n_inputs) if args.compare else None
+    measurement.check_fits(h, w, args.scale)
+    gt_path = find_gt(args.gt, path, n_inputs) if with_gt else None
     colour, alpha, peak = split_image(img)
     gt_arr = read_gt(gt_path, h * args.scale, w * args.scale, args.scale, colour.shape[1]) if gt_path else None
+    return (colour, alpha, peak), gt_arr
 
-    colour = colour.to(device)
-    # a blur that mirrored the borders: the circular model solved on the input padded by reflection
-    true_op = ReflectBlurDownsample(args.scale, operator.kernel, operator.offset) \
-        if getattr(args, 'boundary', 'circular') == 'reflect' else None
-    pad = true_op.lr_padding if true_op is not None else 0
-    if pad > min(h, w):
-        raise ImageError(f'--boundary reflect pads by {pad} pixels, more than this {w}x{h} input has')
+
+def solve_image(model, colour, args, measurement, label):
+    """:func:`super_resolve` of ``colour`` under the command's settings, with a solver progress bar (``label``) on the
+    CPU; with a reflection boundary solved on the padded input and cut back."""
+    pad = measurement.padding
     # on CUDA the solve is short, and iterations replayed from a CUDA graph would not tick a Python counter
-    with solver_progress(args.iters, f'{osp.basename(path)} solve', enabled=device.type == 'cpu',
+    with solver_progress(args.iters, f'{label} solve', enabled=colour.device.type == 'cpu',
                          tol=args.tol) as observer, model.settings(command_settings(args), observer=observer):
         result = super_resolve(model, reflect_pad(colour, pad, pad, pad, pad) if pad else colour, args.tile,
-                               operator, args.noise / 255 if args.noise else None)
-    if pad:  # keep the image's part, and measure it against the model that made it
-        result, operator = crop_result(result, pad, args.scale), true_op
+                               measurement.operator, measurement.noise_sigma)
+    return crop_result(result, pad, args.scale) if pad else result
+
+
+def measure_result(model, measurement, result, colour, alpha, peak, scale):
+    """The output array to write (bit depth and channels of the input) and the summary's figures of the result:
+    solve statistics, status, eps and ``||Ax - b||`` of the float result, of it clipped to [0, 1] and of the array."""
     sr = result['sr']
     if not bool(torch.isfinite(sr).all()):
         raise ImageError('the result contains NaN/inf values (check the weights)')
+    # measured against the model that made the input
+    operator = measurement.measured_by if measurement.measured_by is not None else \
+        model.measurement_operator(measurement.operator)
     lr = colour.double()
-    fid = fidelity(operator, sr, lr, model.channels)
-    fid_clipped = fidelity(operator, sr.clamp(0, 1), lr, model.channels)  # what the file's RGB keeps before rounding
     if alpha is not None:
-        alpha = imresize(alpha.to(device), args.scale).clamp(0, 1)
+        alpha = imresize(alpha.to(colour.device), scale).clamp(0, 1)
     arr = to_array(sr, alpha, peak)
     saved_colour, _, _ = split_image(arr)
-    row.update(tiles=result['tiles'], iterations=result['iterations'], solver_residual=result['residual'],
-               status='ok' if result['converged'] else NOT_CONVERGED, eps=float(result['eps']), fidelity=fid,
-               fidelity_clipped=fid_clipped,
-               fidelity_saved=fidelity(operator, saved_colour.to(device), lr, model.channels))
+    return arr, dict(tiles=result['tiles'], iterations=result['iterations'], solver_residual=result['residual'],
+                     status='ok' if result['converged'] else NOT_CONVERGED, eps=float(result['eps']),
+                     fidelity=fidelity(operator, sr, lr, model.channels),
+                     # what the file's RGB keeps before rounding
+                     fidelity_clipped=fidelity(operator, sr.clamp(0, 1), lr, model.channels),
+                     fidelity_saved=fidelity(operator, saved_colour.to(colour.device), lr, model.channels))
+
+
+def process_image(row, args, model, device, out_names, n_inputs, measurement):
+    """Process the input ``row['input']``, made as ``measurement`` says, filling its summary ``row`` (``status`` 'ok',
+    or 'not converged' where the solve stopped at --iters before --tol); raises on failure (:class:`Refused` where
+    outputs are in the way). With ``--skip-existing`` an input whose outputs all exist is left alone
+    (``row['status']``: 'skipped')."""
+    outputs = claim_outputs(row, args, out_names)
+    if outputs is None:
+        return
+    out_path, cmp_path = outputs
+    (colour, alpha, peak), gt_arr = read_input(row, args, measurement, n_inputs, with_gt=cmp_path is not None)
+    colour = colour.to(device)
+    result = solve_image(model, colour, args, measurement, osp.basename(row['input']))
+    arr, figures = measure_result(model, measurement, result, colour, alpha, peak, args.scale)
+    row.update(figures)
     if cmp_path:
         figure, psnr = make_figure(model, colour, result, gt_arr, args.scale)
         row.update({f'psnr_{k}': v for k, v in psnr.items()})
@@ -505,13 +490,13 @@ def command_settings(args):
         'extrapolation': args.extrapolation})
 
 
-def prepare_model(args, device, models=None):
-    """The model the options ask for, on ``device``, with the command's consistency radius and channels (its solver
-    settings: :func:`command_settings`)."""
+def prepare_model(args, measurement, device, models=None):
+    """The model the options ask for, on ``device``, with the command's consistency radius, and the family and
+    channels of ``measurement`` (its solver settings: :func:`command_settings`)."""
     eps_rms = args.eps_rms if args.eps_rms is not None else default_eps_rms(args.backbone)
     # channels 'rgb': the layer's own per-channel solve (MCNetArch.measured_problem)
     model = get_model(args.scale, device, args.backbone_weights, args.weights, args.backbone, cache=models,
-                      eps_rms=eps_rms, channels=args.channels, family=args.layer_family)
+                      eps_rms=eps_rms, channels=measurement.channels, family=measurement.family)
     if args.tile is not None and global_ops(model.backbone):
         # a tile would see its own mean, not the image's: the tiled output would not be the network's
         raise UsageError(f'--tile is not exact for the {args.backbone} backbone: it pools over the whole image '
@@ -534,10 +519,10 @@ def run(args, models=None):
         torch.set_num_threads(args.threads)
     inputs = collect_inputs(args.inputs)
     device = resolve_device(args.device)
-    model = prepare_model(args, device, models)
-    operator = measurement(args, model)
+    measurement = resolve_measurement(args)
+    model = prepare_model(args, measurement, device, models)
     os.makedirs(args.output, exist_ok=True)
-    print(model_line(args), flush=True)
+    print(model_line(args, measurement), flush=True)
 
     rows, failed, refused, skipped, capped, out_names = [], 0, 0, 0, 0, {}
     run_started = time.strftime('%Y-%m-%dT%H:%M:%S%z')
@@ -549,10 +534,10 @@ def run(args, models=None):
         try:
             if err is not None:
                 raise ImageError(err)
-            process_image(row, args, model, device, out_names, n_images, operator)
+            process_image(row, args, model, device, out_names, n_images, measurement)
         except Exception as exc:  # one image's failure (bad file, out of memory, ...) must not stop the run
             failed += 1
-            msg = _one_line(exc if isinstance(exc, ImageError) else f'{type(exc).__name__}: {exc}')
+            msg = one_line(exc if isinstance(exc, ImageError) else f'{type(exc).__name__}: {exc}')
             tqdm.write(f'error: {path}: {msg}', file=sys.stderr)
             if isinstance(exc, Refused):  # an input refused before any work adds no row
                 refused += 1
@@ -570,7 +555,7 @@ def run(args, models=None):
         rows.append(row)
         row['seconds'] = time.perf_counter() - start
         capped += row['status'] == NOT_CONVERGED
-        tqdm.write(image_line(row, args, model))
+        tqdm.write(image_line(row, args, model, measurement))
     summary = append_csv(args.output, 'summary', SUMMARY_FIELDS, rows)
     skipped_txt = f', {skipped} skipped (done before: outputs exist)' if args.skip_existing else ''
     refused_txt = f' ({refused} refused: outputs in the way)' if refused else ''
@@ -580,7 +565,7 @@ def run(args, models=None):
     return 1 if failed else 0
 
 
-def image_line(row, args, model):
+def image_line(row, args, model, measurement):
     """The console line of a processed image: its size, the solve, ``||Ax-b||`` of the float result and of the saved
     file, Y-PSNRs with --compare --gt, the time; a solve stopped at --iters before --tol says so. With --verbose,
     also the solver's residual, the saved file's rms per LR pixel and the clipping's share, and the operator."""
@@ -596,7 +581,7 @@ def image_line(row, args, model):
         measured = 'the largest of R, G, B' if model.channels == 'rgb' and row['channels'] >= 3 else 'on Y'
         fid = (f'||Ax-b|| {row["fidelity"]:.2e} float, {row["fidelity_saved"]:.2e} saved {row["bit_depth"]}-bit '
                f'(rms {row["fidelity_saved"] * levels:.3f}/255 per LR pixel; clipping to [0, 1] alone: '
-               f'{row["fidelity_clipped"] * levels:.3f}/255) [A = {measurement_name(args)}, {measured}]')
+               f'{row["fidelity_clipped"] * levels:.3f}/255) [A = {measurement.name}, {measured}]')
     else:
         fid = f'||Ax-b|| {row["fidelity"]:.1e} / {row["fidelity_saved"]:.1e} saved'
     psnr = ''
@@ -609,20 +594,21 @@ def image_line(row, args, model):
 
 
 def execute(args, models=None):
-    """Process the images of parsed, checked options (:func:`mcnet_sr_cli.parse_args`); returns the exit status."""
+    """Process the images of parsed, checked options (:func:`.options.parse_args`); returns the exit status."""
     try:
         return run(args, models)
     except UsageError as err:
         print_error(err)
         return 2
     except OSError as err:  # e.g. OUTDIR cannot be created or summary.csv cannot be written
-        print_error(_one_line(err))
+        print_error(one_line(err))
         return 2
 
 
 def main(argv=None, models=None):
-    """Console entry point (:func:`mcnet_sr_cli.main`): 0 ok, 1 some images failed, 2 usage error."""
-    return mcnet_sr_cli.main(argv, models)
+    """``python -m mcnet_basicsr.cli.inference``, as :func:`.main.main`: 0 ok, 1 some images failed, 2 usage error."""
+    args, status = parse_command(sys.argv[1:] if argv is None else argv)
+    return status if args is None else execute(args, models)
 
 
 if __name__ == '__main__':

@@ -24,11 +24,11 @@ options without the scale; :func:`build_degradation` builds one at a scale.
 """
 import functools
 import math
-import os
 import types
 
 import numpy as np
 
+from ..package_data import read_degradations
 from .matrices import _check_divisible, _fold_taps, cubic_kernel
 from .operators import build_operator
 from .registry import OPERATOR_REGISTRY
@@ -247,14 +247,8 @@ def _frozen(options):
     return types.MappingProxyType(dict(options))
 
 
-def _read_degradations():
-    import yaml
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'degradations.yml'), encoding='utf-8') as f:
-        return types.MappingProxyType({name: _frozen(opts) for name, opts in yaml.safe_load(f).items()})
-
-
 #: user-facing degradation name -> operator options without the scale (read-only; ``degradations.yml``)
-DEGRADATIONS = _read_degradations()
+DEGRADATIONS = types.MappingProxyType({name: _frozen(opts) for name, opts in read_degradations().items()})
 
 
 def build_degradation(name, scale):

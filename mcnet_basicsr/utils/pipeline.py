@@ -116,13 +116,14 @@ def patch_basicsr_for_cpu(train_module=None):
         train_module.load_resume_state = load_resume_state
 
 
-def check_inputs_when_parsing():
-    """Make BasicSR's ``parse_options`` stop with one line per missing input of the option file it has just read.
+def check_inputs_when_parsing(check):
+    """Make BasicSR's ``parse_options`` call ``check(opt, option_file)`` on the option file it has just read.
 
-    The start-up hook (:mod:`mcnet_basicsr_hook`) calls this once basicsr is imported, so that BasicSR's own
-    ``basicsr/train.py`` / ``test.py``, run with our option files, report missing data and weights as our entry points
-    do (:func:`mcnet_basicsr.zoo.assets.exit_if_inputs_missing`: the path, its key, what it is relative to, the command
-    that makes it; exit status 2) instead of a traceback from inside a data loader. The check sees the options as
+    The start-up hook (:mod:`mcnet_basicsr_hook`) calls this once basicsr is imported, with
+    :func:`mcnet_basicsr.zoo.assets.exit_if_inputs_missing` (one line per missing input: the path, its key, what it is
+    relative to, the command that makes it; exit status 2), so that BasicSR's own ``basicsr/train.py`` / ``test.py``,
+    run with our option files, report missing data and weights as our entry points do instead of a traceback from
+    inside a data loader. The check sees the options as
     BasicSR parsed them (``--force_yml`` applied). Scripts bind ``parse_options`` when they import it: BasicSR's
     scripts import it after the hook has run.
     """
@@ -133,9 +134,8 @@ def check_inputs_when_parsing():
 
     @functools.wraps(parse)
     def parse_options(root_path, is_train=True):
-        from mcnet_basicsr.zoo.assets import exit_if_inputs_missing
         opt, args = parse(root_path, is_train)
-        exit_if_inputs_missing(opt, args.opt)
+        check(opt, args.opt)
         return opt, args
 
     parse_options.checks_inputs = True

@@ -6,13 +6,12 @@ Real-ESRGAN and HAT do). Importing ``basicsr.utils.registry`` runs basicsr's who
 decorate their classes with :data:`ARCH_REGISTRY` of this module (standard library only), which
 records them and passes them on to BasicSR's registry of the same name:
 
-* at once, once registration is live (:func:`mcnet_basicsr.register`, which ``import mcnet_basicsr``
-  runs unless the ``mcnet-sr`` command deferred it);
-* else when :func:`mcnet_basicsr.register` runs later, which happens at the latest when basicsr is
-  first imported (the hook of :mod:`mcnet_basicsr_hook`).
+* at once, once registration is live (:func:`mcnet_basicsr.register`, which runs when basicsr is first
+  imported: :mod:`mcnet_basicsr.basicsr_import`);
+* else when :func:`mcnet_basicsr.register` runs later.
 
-:func:`build_network` builds our own types without basicsr while registration is deferred, and anything
-else (basicsr's RCAN, a user's arch) through BasicSR's ``build_network`` after registering.
+:func:`build_network` builds our own types without basicsr while registration waits, and anything
+else (basicsr's RCAN, a user's arch) through BasicSR's ``build_network``.
 """
 import importlib
 import logging
@@ -72,15 +71,14 @@ def go_live():
 
 
 def build_network(opt):
-    """BasicSR's ``build_network``; while registration is deferred, our own archs are built without basicsr."""
+    """BasicSR's ``build_network``; while registration waits for basicsr, our own archs are built without basicsr."""
     if not _live and opt.get('type') in ARCH_REGISTRY:
         opt = deepcopy(opt)
         net = ARCH_REGISTRY.get(opt.pop('type'))(**opt)
         logging.getLogger('basicsr').info(f'Network [{net.__class__.__name__}] is created.')
         return net
-    if not _live:  # basicsr's (e.g. RCAN) or a user's arch: BasicSR's registry, with ours in it
-        import mcnet_basicsr
-        mcnet_basicsr.register()
+    # basicsr's (e.g. RCAN) or a user's arch: BasicSR's registry; importing basicsr registers ours there too
+    # (mcnet_basicsr.basicsr_import)
     from basicsr.archs import build_network as basicsr_build_network
     return basicsr_build_network(opt)
 

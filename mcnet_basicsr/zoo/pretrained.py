@@ -23,36 +23,18 @@ Set5/Set14 scores of each.
 """
 import os.path as osp
 
-import yaml
-
 from ..archs.backbone_presets_arch import backbone_options
 from ..archs.mcnet_arch import MCNetArch
 from ..ops import QUANTIZATION_EPS_RMS
 from ..utils.checkpoint import load_network, load_state_dict
 from ..utils.paths import SHIPPED_WEIGHTS_DIR as WEIGHTS_DIR
 from ..utils.registration import build_network
+from .cards import BACKBONES, MODELS, SCALES, backbone_name, model_card  # noqa: F401  (backbone_name: also theirs)
 
-MODELS_FILE = osp.join(osp.dirname(osp.abspath(__file__)), 'models.yml')
-with open(MODELS_FILE, encoding='utf-8') as _f:
-    MODELS = yaml.safe_load(_f)  # the model cards (see models.yml for the keys)
-SCALES = tuple(sorted(MODELS['default']))
-BACKBONES = tuple(MODELS['backbones'])
 # the radius names a card may give (eps_rms); None is exact consistency
 EPS_RMS = {None: None, 'quantization': QUANTIZATION_EPS_RMS}
 # the learned start network of every shipped start (MCNetArch's ``start`` options)
 START_OPTIONS = {'depth': 8, 'num_feat': 64}
-
-
-def model_card(backbone, scale, family='bicubic'):
-    """The card of the shipped model ``backbone`` x``scale`` (a dict, see models.yml), or None if none ships;
-    ``family`` 'kernels' / 'resizers': of its layer trained for LR made by blur kernels and noise / by resizers
-    (the cards' sections ``kernels`` / ``resizers``)."""
-    return MODELS['backbones'].get(backbone, {}).get(MODELS['families'][family], {}).get(scale)
-
-
-def backbone_name(backbone):
-    """How ``mcnet-sr`` calls a shipped backbone ('compact RCAN', ...)."""
-    return MODELS['backbones'][backbone]['name']
 
 
 def weight_path(name):

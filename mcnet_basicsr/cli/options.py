@@ -1,71 +1,24 @@
-"""Command line of ``mcnet-sr``: its options and their checks, with nothing heavy imported.
+"""Options of ``mcnet-sr`` and their checks, with nothing heavy imported.
 
 ``mcnet-sr --help`` and a bad option answer before torch, basicsr, OpenCV or the models are imported:
 this module uses the standard library and PyYAML only (the defaults come from the model cards,
-``mcnet_basicsr/zoo/models.yml``) and lives outside the ``mcnet_basicsr`` package on purpose (importing the
-package imports torch and basicsr to fill BasicSR's registries). Only once the options are valid does
-:func:`main` import :mod:`mcnet_basicsr.cli.inference`, which does the work.
+``mcnet_basicsr/zoo/models.yml``); importing the package imports neither torch nor basicsr. Only once the options
+are valid does :func:`mcnet_basicsr.cli.main.main` import :mod:`mcnet_basicsr.cli.inference`, which does the work.
 """
 import argparse
-import importlib.util
 import math
 import os.path as osp
 import sys
 
-import yaml
+from ..package_data import read_degradations
+from ..zoo.cards import BACKBONES, MODELS, SCALES, default_extrapolation, default_tol, layer_family
 
 MIN_TILE = 8  # smallest --tile (LR pixels)
 DEFAULT_DEGRADATION = 'matlab-bicubic'
 
 
-def read_package_yaml(*parts):
-    """A data file of the mcnet_basicsr package (e.g. ``zoo/models.yml``), found and read without importing it."""
-    spec = importlib.util.find_spec('mcnet_basicsr')  # a top-level package is located, not imported
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError('mcnet-sr needs the mcnet_basicsr package; install it (pip install -e .)')
-    with open(osp.join(spec.submodule_search_locations[0], *parts), encoding='utf-8') as f:
-        return yaml.load(f, Loader=getattr(yaml, 'CSafeLoader', yaml.SafeLoader))  # libyaml's parser where built
-
-
-def read_model_cards():
-    """The shipped models' cards (``mcnet_basicsr/zoo/models.yml``: files, defaults, scores per backbone and scale)."""
-    return read_package_yaml('zoo', 'models.yml')
-
-
-MODELS = read_model_cards()
 # the names of mcnet_basicsr.ops.DEGRADATIONS, from the same file
-DEGRADATIONS = tuple(read_package_yaml('ops', 'degradations.yml'))
-SCALES = tuple(sorted(MODELS['default']))
-BACKBONES = tuple(MODELS['backbones'])
-
-
-def model_card(backbone, scale, family='bicubic'):
-    """The card of the shipped model (a dict), or None where none ships (the package then says why); ``family``
-    'kernels' / 'resizers': of its layer trained for LR made by blur kernels / by resizers (the cards' sections)."""
-    return MODELS['backbones'].get(backbone, {}).get(MODELS['families'][family], {}).get(scale)
-
-
-def layer_family(backbone, scale, degradation=None, kernel=None):
-    """The family of the layer mcnet-sr runs for LR made by ``degradation`` (a resizer name) or a blur ``kernel``:
-    'kernels' with a kernel where such a layer ships; for a resizer, the family whose card lists it in
-    ``degradations`` (the resizers on which that layer is the best shipped one: docs/degradations.md, Table R), else
-    'bicubic'."""
-    if kernel is not None and model_card(backbone, scale, 'kernels') is not None:
-        return 'kernels'
-    for family in ('resizers', 'kernels') if degradation is not None else ():
-        if degradation in (model_card(backbone, scale, family) or {}).get('degradations', {}):
-            return family
-    return 'bicubic'
-
-
-def default_tol(backbone, scale, family='bicubic'):
-    card = model_card(backbone, scale, family)
-    return None if card is None else card['tol']
-
-
-def default_extrapolation(backbone, scale, family='bicubic'):
-    card = model_card(backbone, scale, family)
-    return None if card is None else card['extrapolation']
+DEGRADATIONS = tuple(read_degradations())
 
 
 class UsageError(Exception):
@@ -217,95 +170,23 @@ def parse_args(argv):
     return args
 
 
+def one_line(text, limit=300):
+    """``text`` on one line of at most ``limit`` characters (an error message for the console)."""
+    text = ' '.join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
 def print_error(msg):
     print(f'error: {msg}', file=sys.stderr, flush=True)
 
 
-def main(argv=None, models=None, keep_memory=False):
-    """Console entry point; returns the exit status (0 ok, 1 some images failed, 2 usage error).
-
-    ``models``: a dict in which a caller running several commands in one process keeps the built models
-    (see :func:`mcnet_basicsr.cli.inference.get_model`); None builds the model afresh. ``keep_memory``: the process
-    keeps the memory it frees (:func:`keep_freed_memory`), unless ``--tile`` asks for bounded memory.
-    """
+def parse_command(argv):
+    """``(args, None)`` for valid options, else ``(None, status)``: 0 after ``--help``, 2 after a usage error (said
+    on stderr)."""
     try:
-        args = parse_args(sys.argv[1:] if argv is None else list(argv))
+        return parse_args(list(argv)), None
     except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+        return None, int(exc.code or 0)
     except UsageError as err:
         print_error(err)
-        return 2
-    if keep_memory and args.tile is None:
-        keep_freed_memory()
-    return load_inference().execute(args, models)
-
-
-def load_inference():
-    """Import :mod:`mcnet_basicsr.cli.inference`, the heavy part (torch, OpenCV, the models), and return it.
-
-    Where the package is not imported yet, its registration into BasicSR's registries is deferred: the default
-    models need none of basicsr (nor the torchvision and scipy.stats it imports), seconds saved. BasicSR's
-    registries still get our types as soon as anything imports basicsr (:mod:`mcnet_basicsr_hook`).
-    """
-    if 'mcnet_basicsr' not in sys.modules:
-        import mcnet_basicsr_hook
-        mcnet_basicsr_hook.defer_registration()
-        try:
-            import mcnet_basicsr  # noqa: F401
-        finally:
-            mcnet_basicsr_hook.defer_registration(False)
-    from mcnet_basicsr.cli import inference
-    return inference
-
-
-def keep_freed_memory(min_ram=16 << 30):
-    """Have the C library (glibc) keep freed memory for reuse in this process; returns whether it did.
-
-    glibc maps every allocation above 32 MB afresh and unmaps it when it is freed, so the feature maps each iteration
-    allocates (1 GB per DnCNN6 layer at 2048 x 2048) fault all their pages in again, every time, a large part of the
-    command's time on a few CPU cores (docs/benchmarks.md, "Quality of mcnet-sr's default"). Served from the heap,
-    which is never trimmed, they reuse the pages of the last iteration. The heap's holes raise the peak memory and
-    the process holds it until it exits: right for a command that does one job
-    and leaves (:func:`console_main`), not for a library, and only on a machine with at least ``min_ram`` bytes of
-    memory (default 16 GiB), where the larger peak fits more easily. Elsewhere (less memory, not Linux, or a C library
-    without ``mallopt``) nothing changes.
-    """
-    if not sys.platform.startswith('linux'):
-        return False
-    import os
-    try:
-        if os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') < min_ram:
-            return False
-    except (ValueError, OSError):  # the machine's memory is unknown
-        return False
-    import ctypes
-    try:
-        mallopt = ctypes.CDLL(None).mallopt  # the process's own C library
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_mmap_max = -1, -4  # glibc's <malloc.h>
-    # no mapped blocks at all; a trim threshold of -1 never gives the heap's top back (mallopt(3))
-    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, -1))
-
-
-def console_main():
-    """The ``mcnet-sr`` command: :func:`main`, then the process ends at once.
-
-    Once every output file and summary.csv is written and closed, tearing the interpreter down (CUDA context,
-    torch's thread pools, freeing every module) takes a second or more and changes nothing on disk, so the
-    command flushes its streams and leaves with ``os._exit``. Callers of :func:`main` in a process of their
-    own (tests, scripts) get its status back as usual. The process keeps the memory it frees
-    (:func:`keep_freed_memory`) unless ``--tile`` is given.
-    """
-    status = main(keep_memory=True)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe: nothing more can be said
-            pass
-    import os
-    os._exit(status)
-
-
-if __name__ == '__main__':
-    console_main()
+        return None, 2
