@@ -174,3 +174,10 @@ def test_pytest_summary_lists_skip_reasons(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert 'SKIPPED [1] test_probe.py:5: needs reference data, absent here' in proc.stdout, proc.stdout[-2000:]
+
+
+def test_test_files_are_split_by_topic():
+    """Each test file holds one topic, at most 500 lines (a longer one is split, its shared helpers in a module)."""
+    long = {p.name: n for p in sorted((REPO_ROOT / 'tests').glob('*.py'))
+            if (n := len(p.read_text(encoding='utf-8').splitlines())) > 500}
+    assert not long, long
