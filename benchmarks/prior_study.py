@@ -29,6 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from timing import device_name, sync
+
 FAMILIES = {'x2': (2, 0.0), 'x3': (3, 0.0), 'x3_n2.55': (3, 2.55), 'x3_n7.65': (3, 7.65), 'x4': (4, 0.0)}
 
 
@@ -157,7 +159,7 @@ def write_record(args, results):
     """The record of what is measured so far (written after each family)."""
     protocol = ('Table K: CBSD68, the 12 kernels' if args.table_k else
                 f'Set5, {args.kernels} KernelFamily() kernels (seed 2024)')
-    device = torch.cuda.get_device_name() if args.device == 'cuda' else args.device
+    device = device_name(torch.device(args.device))
     record = {'protocol': f'{protocol}, USRNet measurement, PSNR RGB uint8 border s^2', 'device': device,
               'results': results}
     with open(args.out, 'w') as f:
@@ -206,10 +208,10 @@ def main(argv=None):
                 return psnr_rgb_uint8(sr, hr, scale**2)
 
             def timed(name, fn):
-                torch.cuda.synchronize(dev) if dev.type == 'cuda' else None
+                sync(dev)
                 t0 = time.perf_counter()
                 out = fn()
-                torch.cuda.synchronize(dev) if dev.type == 'cuda' else None
+                sync(dev)
                 x, extra = out if isinstance(out, tuple) else (out, None)
                 add(name, fam, score(x), extra)
                 results[name][fam]['seconds'] += time.perf_counter() - t0
