@@ -142,7 +142,7 @@ def run_cell(net, consistent, groups, lrs, kernel, scale, sigma255, device, batc
     from mcnet_basicsr.data.degradations import psnr_rgb_uint8
     from mcnet_basicsr.ops import build_operator
     op = build_operator({'type': 'blur', 'scale': scale, 'kernel': kernel})
-    out = {'psnr': {}, 'iterations': [], 'fidelity_max': 0.0}
+    out = {'psnr': {}, 'iterations': [], 'converged': [], 'residual_max': 0.0, 'fidelity_max': 0.0}
     for items in groups.values():
         for i in range(0, len(items), batch):
             chunk = items[i:i + batch]
@@ -151,7 +151,10 @@ def run_cell(net, consistent, groups, lrs, kernel, scale, sigma255, device, batc
             if residuals is not None:
                 out['fidelity_max'] = max(out['fidelity_max'], float(residuals.max()))
             if 'forward' in info and type(net).__name__ == 'MCNetArch':
-                out['iterations'] += info['forward'].iterations.float().view(len(chunk), -1).mean(1).tolist()
+                stats = info['forward']
+                out['iterations'] += stats.iterations.float().view(len(chunk), -1).mean(1).tolist()
+                out['converged'] += stats.converged.view(len(chunk), -1).all(1).tolist()
+                out['residual_max'] = max(out['residual_max'], float(stats.residual.max()))
             for (name, hr), img in zip(chunk, sr):
                 out['psnr'][name] = psnr_rgb_uint8(img, hr, scale**2)
     return out
@@ -199,12 +202,17 @@ def measure(args):
                 seconds = time.perf_counter() - start
                 psnr = float(np.mean(list(cell['psnr'].values())))
                 its = float(np.mean(cell['iterations'])) if cell['iterations'] else None
+                solve = dict(converged=float(np.mean(cell['converged'])),
+                             residual_max=cell['residual_max']) if cell['converged'] else {}
                 cells[f'{row}|{fam}|k{k}'] = dict(psnr=psnr, images=len(cell['psnr']), seconds=seconds,
-                                                  iterations=its, fidelity_max=cell['fidelity_max'],
+                                                  iterations=its, fidelity_max=cell['fidelity_max'], **solve,
                                                   per_image=cell['psnr'], **({'tf32': True} if args.tf32 else {}))
-                print(f'{row:>12} {fam:>9} k{k:<2} {psnr:.3f} dB  {len(cell["psnr"])} images  {seconds:.1f} s'
-                      + (f'  {its:.1f} it' if its else '') + (f'  max||Ax-b|| {cell["fidelity_max"]:.2e}'
-                                                              if consistent else ''), flush=True)
+                line = f'{row:>12} {fam:>9} k{k:<2} {psnr:.3f} dB  {len(cell["psnr"])} images  {seconds:.1f} s'
+                if its:
+                    line += f'  {its:.1f} it, {100 * solve["converged"]:.0f}% reached tol'
+                if consistent:
+                    line += f'  max||Ax-b|| {cell["fidelity_max"]:.2e}'
+                print(line, flush=True)
                 with open(args.out, 'w') as f:
                     json.dump(record, f, indent=1)
 
