@@ -6,6 +6,8 @@ For every evaluation set (default Set5, Set14) and scale s:
     <root>/<Name>/LR_<degradation>/X<s>/...    with --degradation NAME: the same by another resizer (e.g. cv2-area)
     <root>/<Name>/LR_<kernel>_<i>/X<s>/...     with --kernel FILE [--kernel-index I]: circular blur by that kernel,
                                                then the upper-left pixel of each s x s block, rounded to uint8
+With --half NAME: <root>/<Name>_half/HR/<img>.png, the HR images area-downscaled by 2 (cleaner images for training
+denoisers: options/train_ffdnet_color.yml).
 For every training set (default T91), sub-image patches of those pairs packed into LMDBs with
 basicsr's lmdb utilities (meta_info.txt included), for ``PairedImageDataset`` with
 ``io_backend: {type: lmdb}``:
@@ -21,6 +23,7 @@ temporary name and renamed when complete, so an interrupted run leaves nothing h
     python scripts/prepare_datasets.py                       # Set5, Set14 (x2/x3/x4) + T91 LMDBs
     python scripts/prepare_datasets.py --train-sets T91 BSD200 --scales 2
     python scripts/prepare_datasets.py --train-sets T91+BSD200   # one union LMDB
+    python scripts/prepare_datasets.py --eval-sets --train-sets T91+BSD200_half --scales 2 --half BSD200
     python scripts/prepare_datasets.py --eval-sets Set5 --train-sets --degradation pil-bicubic cv2-area
     python scripts/prepare_datasets.py --eval-sets CBSD68 --train-sets --kernel datasets/kernels/kernels_12.mat \
         --kernel-index 2
@@ -116,6 +119,28 @@ def prepare_eval_set(src_dir, root, name, scale, force):
     commit_dir(tmp_lr, lr_out, digest, settings)
 
 
+def half_size(img):
+    """``img`` (H, W, C uint8) area-downscaled by 2 to (H // 2, W // 2), rounded to uint8."""
+    return cv2.resize(img, (img.shape[1] // 2, img.shape[0] // 2), interpolation=cv2.INTER_AREA)
+
+
+def prepare_half_set(src_dir, root, name, force):
+    """``<root>/<name>_half/HR``: every HR image of ``src_dir`` at half its size (:func:`half_size`)."""
+    sources = list_images(src_dir)
+    out = osp.join(root, f'{name}_half', 'HR')
+    settings = {'kind': 'half', 'version': 1}
+    digest = settings_digest(settings, sources)
+    if check_output([out], digest, force):
+        print(f'{name}_half: up to date')
+        return
+    tmp = out + '.tmp'
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for path in tqdm(sources, desc=f'{name}_half', unit='img'):
+        cv2.imwrite(osp.join(tmp, osp.splitext(osp.basename(path))[0] + '.png'), half_size(read_hr(path)))
+    commit_dir(tmp, out, digest, settings)
+
+
 def prepare_degraded_set(src_dir, root, name, scale, label, operator, identity, force):
     """``<root>/<name>/LR_<label>/X<scale>``: the uint8 LR of every HR image (mod-cropped) under ``operator``
     (``identity``: what defines it, for the settings check)."""
@@ -194,6 +219,8 @@ def parse_args(argv=None):
     parser.add_argument('--src', default=None, help='root of <Name>/HR input folders (default: --root)')
     parser.add_argument('--eval-sets', nargs='*', default=['Set5', 'Set14'])
     parser.add_argument('--train-sets', nargs='*', default=['T91'])
+    parser.add_argument('--half', nargs='*', default=[], metavar='NAME',
+                        help='also write <root>/<NAME>_half/HR: the HR images area-downscaled by 2')
     parser.add_argument('--scales', nargs='+', type=int, default=[2, 3, 4])
     parser.add_argument('--patch-size', type=int, default=96, help='HR sub-image size (multiple of every scale)')
     parser.add_argument('--step', type=int, default=48, help='HR sub-image stride (multiple of every scale)')
@@ -238,8 +265,9 @@ def missing_hr_message(src, names):
 def main(argv=None):
     args = parse_args(argv)
     src = args.src or args.root
-    names = dict.fromkeys(args.eval_sets + [part for spec in args.train_sets for part in spec.split('+')])
-    missing = [name for name in names if not has_images(osp.join(src, name, 'HR'))]
+    names = dict.fromkeys(args.eval_sets + args.half + [part for spec in args.train_sets for part in spec.split('+')])
+    made = {f'{name}_half' for name in args.half}  # made below, before the training sets that read them
+    missing = [name for name in names if name not in made and not has_images(osp.join(src, name, 'HR'))]
     if missing:
         raise FileNotFoundError(missing_hr_message(src, missing))
     os.makedirs(args.root, exist_ok=True)
@@ -256,13 +284,17 @@ def main(argv=None):
                 prepare_degraded_set(osp.join(src, name, 'HR'), args.root, name, s, kernel_label,
                                      BlurDownsample(s, kernel), hashlib.sha256(kernel.tobytes()).hexdigest(),
                                      args.force)
+    for name in args.half:
+        prepare_half_set(osp.join(src, name, 'HR'), args.root, name, args.force)
+
     for spec in args.train_sets:
         # 'T91+BSD200' is one training set made of both (datasets/T91_BSD200/T91_BSD200_*_sub_x<s>.lmdb)
         parts = spec.split('+')
         name = '_'.join(parts)
         for s in args.scales:
-            prepare_train_set([osp.join(src, part, 'HR') for part in parts], args.root, name, s, args.patch_size,
-                              args.step, args.force)
+            # the halves are read where --half wrote them (--root), everything else from --src
+            dirs = [osp.join(args.root if part in made else src, part, 'HR') for part in parts]
+            prepare_train_set(dirs, args.root, name, s, args.patch_size, args.step, args.force)
     return 0
 
 

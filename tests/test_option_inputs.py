@@ -69,6 +69,9 @@ def test_how_to_make(tmp_path, monkeypatch):
     assert how_to_make('experiments/pretrained_models/DnCNN_noise15.pth') == \
         f'python {scripts}/fetch_assets.py dncnn17_ryu --root .'
     assert how_to_make('experiments/pretrained_models/RCAN_BIX2.pth').startswith('convert your copy')
+    assert how_to_make('datasets/T91_BSD200_half/T91_BSD200_half_HR_sub_x2.lmdb') == \
+        f'python {scripts}/fetch_assets.py T91 BSD200 --root . && python {scripts}/prepare_datasets.py --eval-sets ' \
+        '--train-sets T91+BSD200_half --scales 2 --half BSD200'
     # in the repository root, the README's commands (fetch_assets.py writes there by default)
     monkeypatch.chdir(REPO_ROOT)
     assert how_to_make('experiments/pretrained_models/DnCNN_noise15.pth') == \
@@ -77,7 +80,7 @@ def test_how_to_make(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize('target', [
     'datasets/Set5/HR_mod3', 'datasets/Set14/LR_bicubic/X2', 'datasets/T91/T91_LR_sub_x4.lmdb',
-    'experiments/pretrained_models/DnCNN_noise15.pth', 'experiments/pretrained_models/RCAN_BIX2.pth'])
+    'datasets/T91_BSD200_half/T91_BSD200_half_HR_sub_x2.lmdb', 'datasets/BSD200_half/HR', 'experiments/pretrained_models/DnCNN_noise15.pth', 'experiments/pretrained_models/RCAN_BIX2.pth'])
 def test_the_hints_commands_fill_what_the_option_file_reads_from_another_folder(target, tmp_path, monkeypatch):
     """Each command of a hint, read by its script's own argument parser in the folder where the hint is printed
     (not the repository), writes where the option file's relative path points from that folder; prepare_datasets.py
@@ -108,6 +111,11 @@ def test_the_hints_commands_fill_what_the_option_file_reads_from_another_folder(
                 hr_folders.add(str((Path(args.root) / asset.dest).resolve()))
         elif script == 'prepare_datasets':
             src = Path(args.src or args.root)
+            made = set()
+            for name in args.half:  # written under --root, read by the training sets there
+                assert str((src / name / 'HR').resolve()) in hr_folders
+                made.add(f'{name}_half')
+                written.add(str((Path(args.root) / f'{name}_half' / 'HR').resolve()))
             for name in args.eval_sets:
                 assert str((src / name / 'HR').resolve()) in hr_folders or (work / 'datasets' / name / 'HR').is_dir()
                 for s in args.scales:
@@ -116,7 +124,7 @@ def test_the_hints_commands_fill_what_the_option_file_reads_from_another_folder(
             for spec in args.train_sets:
                 name = spec.replace('+', '_')
                 for part in spec.split('+'):
-                    assert str((src / part / 'HR').resolve()) in hr_folders
+                    assert part in made or str((src / part / 'HR').resolve()) in hr_folders
                 for s in args.scales:
                     written |= {str((Path(args.root) / name / f'{name}_{kind}_sub_x{s}.lmdb').resolve())
                                 for kind in ('HR', 'LR')}

@@ -43,6 +43,8 @@ class DenoiserModel(SRModel):
       exact estimate, so saved weights are within the bound as stored; and a loaded DnCNN
       estimates each operator norm exactly on first use and normalises with it anyway;
     * ``optim_g.type`` may be any torch.optim class;
+    * a network told the noise level (a class with ``takes_level = True`` and ``forward(x, sigma)``, e.g.
+      :class:`~mcnet_basicsr.archs.ffdnet_arch.FFDNet`) is given each image's sigma, in training and validation;
     * validation also logs the PSNR of the noisy input (float, clipped to [0, 1]), the baseline the
       denoised PSNR should beat.
     """
@@ -52,7 +54,14 @@ class DenoiserModel(SRModel):
         val_opt = opt.get('val') or {}
         self.val_sigma = _check_sigma('val.noise_sigma', val_opt['noise_sigma']) if 'noise_sigma' in val_opt else None
         self.val_seed = int(val_opt.get('noise_seed', 0))
+        self.sigma = None
         super().__init__(opt)
+        self._tell_level(self.net_g)
+
+    def _tell_level(self, net):
+        """Make ``net(lq)``, as SRModel calls it, give a network told its level the batch's ``self.sigma``."""
+        if getattr(self.get_bare_model(net), 'takes_level', False):
+            net.register_forward_pre_hook(lambda module, args: args + (self.sigma,) if len(args) == 1 else None)
 
     def init_training_settings(self):
         train_opt = self.opt['train']
@@ -67,6 +76,8 @@ class DenoiserModel(SRModel):
         if not train_opt.get('pixel_opt'):
             raise ValueError('DenoiserModel trains with a pixel loss: set train.pixel_opt (e.g. {type: MSELoss}).')
         super().init_training_settings()
+        if self.ema_decay > 0:
+            self._tell_level(self.net_g_ema)
         val = f'{self.val_sigma:g} (seed {self.val_seed})' if self.val_sigma is not None else 'not set'
         get_root_logger().info(f'DenoiserModel: training noise sigma ~ U[{lo:g}, {hi:g}] per image '
                                f'(PSNR of the noisy input {_psnr_of_sigma(hi):.2f}-{_psnr_of_sigma(lo):.2f} dB); '
@@ -104,10 +115,11 @@ class DenoiserModel(SRModel):
         self.gt = data['gt'].to(self.device)
         if 'lq' in data:
             self.lq = data['lq'].to(self.device)
+            self.sigma = data.get('sigma', self.val_sigma)
         elif self.is_train and not self._validating:
             lo, hi = self.noise_range
-            sigma = lo + (hi - lo) * torch.rand(self.gt.shape[0], 1, 1, 1, device=self.device, dtype=self.gt.dtype)
-            self.lq = self.gt + sigma * torch.randn_like(self.gt)
+            self.sigma = lo + (hi - lo) * torch.rand(self.gt.shape[0], device=self.device, dtype=self.gt.dtype)
+            self.lq = self.gt + self.sigma.view(-1, 1, 1, 1) * torch.randn_like(self.gt)
         else:
             if self.val_sigma is None:
                 raise ValueError('DenoiserModel: set val.noise_sigma (noise std of validation/test images, '
@@ -116,6 +128,7 @@ class DenoiserModel(SRModel):
             if paths is None:
                 raise ValueError("DenoiserModel: validation batches need 'gt_path' (seeds the fixed noise).")
             paths = [paths] if isinstance(paths, str) else paths
+            self.sigma = self.val_sigma
             self.lq = self.gt + self.val_sigma * self._fixed_noise(self.gt, paths)
 
     # ------------------------------------------------------------------ spectral bound

@@ -398,17 +398,22 @@ def how_to_make(path, manifest=None):
         if path in asset.outputs():
             return fetch_command([asset.name])
     datasets = {a.name for a in manifest.values() if a.kind == 'dataset'}
-    if len(parts) >= 3 and parts[0] == 'datasets' and set(parts[1].split('_')) <= datasets:
-        names = parts[1].split('_')
-        fetch_cmd = '' if all(Path('datasets', n, 'HR').is_dir() for n in names) else f'{fetch_command(names)} && '
+    # a folder name joins data set names with '_'; '<Name>_half' is prepare_datasets.py --half's
+    names = re.sub(r'_half\b', '-half', parts[1]).split('_') if len(parts) >= 3 and parts[0] == 'datasets' else []
+    names = [name.replace('-half', '_half') for name in names]
+    halves = [name[:-len('_half')] for name in names if name.endswith('_half')]
+    sources = [name[:-len('_half')] if name.endswith('_half') else name for name in names]
+    if names and set(sources) <= datasets:
+        fetch_cmd = '' if all(Path('datasets', n, 'HR').is_dir() for n in sources) else f'{fetch_command(sources)} && '
         lmdb = re.fullmatch(r'.*_sub_x(\d+)\.lmdb', parts[-1])
         folder = re.fullmatch(r'(?:HR_mod|X)(\d+)', parts[-1])
+        half = ['--half', *halves] if halves else []
         if lmdb:  # prepare_datasets.py reads and writes ./datasets by default
-            args = ['--eval-sets', '--train-sets', '+'.join(names), '--scales', lmdb.group(1)]
-        elif folder:
+            args = ['--eval-sets', '--train-sets', '+'.join(names), '--scales', lmdb.group(1), *half]
+        elif folder and not halves:
             args = ['--eval-sets', parts[1], '--train-sets', '--scales', folder.group(1)]
         else:
-            args = []
+            args = ['--eval-sets', '--train-sets', *half] if halves else []
         return fetch_cmd + script_command('prepare_datasets.py', *args)
     stem = Path(path).stem
     if Path('options', f'train_{stem}.yml').is_file():
