@@ -5,12 +5,19 @@ Written from the paper: the noisy image is split into its four 2 x 2 polyphase s
 level map is appended as one more channel, a plain CNN (3x3 convolutions with bias, ReLU between) maps them to the
 clean sub-images, and pixel shuffle puts them back. The default arguments build the colour model of KAIR's model zoo
 (852,108 parameters), whose weights (keys ``model.<i>``) load with ``strict=True``.
+
+:class:`FFDNetHQS` runs the same network as the prior of a non-blind super-resolution solver.
 """
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, imresize
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY
+
+from .usrnet_arch import DataStep, data_terms
 
 
 @ARCH_REGISTRY.register()
@@ -51,3 +58,56 @@ class FFDNet(nn.Module):
         sigma = torch.as_tensor(sigma, dtype=x.dtype, device=x.device).reshape(-1, 1, 1, 1)
         level = sigma.expand(sub.shape[0], 1, *sub.shape[-2:])
         return F.pixel_shuffle(self.model(torch.cat([sub, level], dim=1)), 2)[..., :h, :w]
+
+
+@ARCH_REGISTRY.register()
+class FFDNetHQS(FFDNet):
+    """Non-blind super-resolution by half-quadratic splitting with FFDNet as the prior (the plug-and-play scheme of
+    IRCNN and DPIR: Zhang et al., CVPR 2017 and TPAMI 2021): ``forward(lr, kernel, scale, sigma)``, as USRNet is
+    called, for circular blur by ``kernel`` and upper-left decimation by ``scale`` with Gaussian noise of std
+    ``sigma``.
+
+    From MATLAB-bicubic upsampling, ``n_iter`` times: USRNet's closed-form data step
+    ``argmin_x ||y - D_s(k * x)||^2 + alpha_i ||x - z||^2`` with ``alpha_i = lam max(sigma, q)^2 / s_i^2`` (``q`` the
+    uint8 quantisation std), then ``z = FFDNet(x, s_i)``, the levels ``s_i`` log-spaced from ``level_hi`` down to
+    ``max(scale / 255, sigma)``. The defaults are DPIR's published settings for super-resolution (24 iterations,
+    49 / 255, lam 0.23), not tuned here. Its weights are an FFDNet's: one file serves as this backbone and as an
+    MCNet layer's prior.
+
+    Args:
+        in_ch, num_feat, num_layer: FFDNet's.
+        n_iter (int): HQS iterations. Default: 24.
+        level_hi (float): The first prior level, [0, 1] units. Default: 49 / 255.
+        lam (float): The data step's weight. Default: 0.23.
+    """
+
+    non_blind = True
+    takes_level = False  # a solver, not a prior told its level
+
+    def __init__(self, in_ch=3, num_feat=96, num_layer=12, n_iter=24, level_hi=49 / 255, lam=0.23):
+        super().__init__(in_ch, num_feat, num_layer)
+        self.n_iter, self.level_hi, self.lam = int(n_iter), float(level_hi), float(lam)
+        self.data_step = DataStep()
+
+    def levels(self, scale, sigma):
+        """The prior's levels ``s_i`` (N, n_iter) for noise ``sigma`` (N,)."""
+        lo = torch.clamp(sigma, min=scale / 255.0)
+        ratio = torch.linspace(0, 1, self.n_iter, dtype=sigma.dtype, device=sigma.device)
+        return torch.exp(math.log(self.level_hi) + (torch.log(lo)[:, None] - math.log(self.level_hi)) * ratio)
+
+    def forward(self, lr, kernel, scale, sigma):
+        """``lr`` (N, C, h, w); ``kernel`` (N or 1, 1, kh, kw) summing to 1; ``scale`` an int; ``sigma`` the noise
+        std, a float or an (N,) tensor, [0, 1] units."""
+        n, scale = lr.shape[0], int(scale)
+        sigma = torch.as_tensor(sigma, dtype=lr.dtype, device=lr.device).reshape(-1).expand(n)
+        spectrum, aliased_power, kty = data_terms(lr, kernel, scale)
+        levels = self.levels(scale, sigma)
+        alphas = self.lam * torch.clamp(sigma, min=QUANTIZATION_EPS_RMS)[:, None]**2 / levels**2
+        x = imresize(lr, scale)
+        for i in range(self.n_iter):
+            x = self.data_step(x, spectrum, aliased_power, kty, alphas[:, i].view(-1, 1, 1, 1), scale)
+            x = super().forward(x, levels[:, i])
+        return x
+
+    def extra_repr(self):
+        return f'n_iter={self.n_iter}, level_hi={self.level_hi:.4g}, lam={self.lam:g}'

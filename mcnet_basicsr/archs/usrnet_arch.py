@@ -32,7 +32,19 @@ def alias_mean(spectrum, scale):
     return spectrum.reshape(*lead, scale, h // scale, scale, w // scale).mean(dim=(-4, -2))
 
 
-class _DataStep(nn.Module):
+def data_terms(lr, kernel, scale):
+    """What the data step needs of LR ``lr`` (N, C, h, w) under circular blur by ``kernel`` (N or 1, 1, kh, kw) and
+    upper-left decimation by ``scale``: ``(spectrum, aliased_power, kty)``, the kernel's HR spectrum, its aliased power
+    spectrum and the spectrum of ``A^T lr``."""
+    n, c, h, w = lr.shape
+    spectrum = kernel_spectrum(kernel.to(lr), h * scale, w * scale)
+    aliased_power = alias_mean(spectrum.abs()**2, scale)
+    zero_filled = lr.new_zeros(n, c, h * scale, w * scale)
+    zero_filled[..., ::scale, ::scale] = lr
+    return spectrum, aliased_power, spectrum.conj() * torch.fft.fft2(zero_filled)
+
+
+class DataStep(nn.Module):
     """``argmin_x ||y - D_s (k * x)||^2 + alpha ||x - z||^2`` in closed form (Zhao et al., IEEE TIP 2016): the
     Woodbury identity reduces the HR system to a diagonal one on the aliased spectrum."""
 
@@ -135,21 +147,17 @@ class USRNet(nn.Module):
     def __init__(self, n_iter=6, in_ch=3, channels=(16, 32, 64, 64), num_block=2, hidden=32):
         super().__init__()
         self.n_iter = n_iter
-        self.d = _DataStep()
+        self.d = DataStep()
         self.p = ResUNet(in_ch + 1, in_ch, channels, num_block)
         self.h = _HyperNet(n_iter, hidden)
 
     def forward(self, lr, kernel, scale, sigma):
         """``lr`` (N, C, h, w); ``kernel`` (N or 1, 1, kh, kw) summing to 1; ``scale`` an int; ``sigma`` the noise
         std, a float or an (N,) / (N, 1, 1, 1) tensor, in [0, 1] units."""
-        n, _, h, w = lr.shape
+        n = lr.shape[0]
         scale = int(scale)
         sigma = torch.as_tensor(sigma, dtype=lr.dtype, device=lr.device).reshape(-1, 1, 1, 1).expand(n, 1, 1, 1)
-        spectrum = kernel_spectrum(kernel.to(lr), h * scale, w * scale)
-        aliased_power = alias_mean(spectrum.abs()**2, scale)
-        zero_filled = lr.new_zeros(n, lr.shape[1], h * scale, w * scale)
-        zero_filled[..., ::scale, ::scale] = lr
-        kty = spectrum.conj() * torch.fft.fft2(zero_filled)
+        spectrum, aliased_power, kty = data_terms(lr, kernel, scale)
         x = F.interpolate(lr, scale_factor=scale, mode='nearest')
         weights = self.h(torch.cat([sigma, torch.full_like(sigma, scale)], dim=1))
         for i in range(self.n_iter):
