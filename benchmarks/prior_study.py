@@ -10,11 +10,17 @@ kernels of Table K, never CBSD68), and each consistent method is told the kernel
 - ``pnp_ffdnet_bicubic``: 24 steps ``z = FFDNet(x, sigma_i); x = P(z)`` from bicubic upsampling, sigma_i log-spaced
   from 49 / 255 down to max(s, noise) / 255 (colour FFDNet of KAIR's model zoo, untrained for this task);
 - ``pnp_ffdnet_usrnet K s0``: K such steps from USRNet-tiny's output, sigma_i from ``s0`` down to max(1, noise) / 255;
+- ``layer_ffdnet_bicubic beta sp`` (``--bicubic-betas``): the same map anchored at bicubic upsampling instead, what a
+  layer gives with no backbone worth anchoring on;
 - ``layer_ffdnet_usrnet beta sp``: the MCNet map with FFDNet(., sp) as R, anchored at ``w`` = USRNet-tiny's output,
   rho = 1, solved by Anderson to a relative residual of 1e-4 (at most 60 iterations), the output ``x*`` exactly in
   the ball; the record keeps how many solves reached the tolerance and the largest final residual.
 
     python benchmarks/prior_study.py --data datasets --weights experiments/pretrained_models --out study.json
+
+With ``--rows``, option-file rows instead (``options/test_<row>_x<s>.yml``, run from the repository root as
+``scripts/kernel_table.py`` runs them, told the same measurement), e.g. the shipped ``ffdnet_hqs`` and
+``mcnet_ffdnet_hqs`` beside ``usrnet_tiny``; the record keeps each consistent row's convergence.
 
 PSNR on RGB uint8 with a border of s^2, as Table K's.
 """
@@ -42,10 +48,14 @@ def parse_args(argv):
     p.add_argument('--kernels', type=int, default=4, help='family kernels per family (seeded draws)')
     p.add_argument('--families', nargs='+', default=list(FAMILIES), choices=FAMILIES)
     p.add_argument('--betas', type=float, nargs='+', default=[0.3, 1.0, 3.0])
+    p.add_argument('--bicubic-betas', type=float, nargs='*', default=[],
+                   help='also layers anchored at bicubic upsampling, with these betas')
+    p.add_argument('--prior', help='the colour FFDNet weights (default: ffdnet_color.pth of --weights)')
     p.add_argument('--prior-sigmas', type=float, nargs='+', default=[3.0, 7.0], help="the layer's FFDNet level (/255)")
     p.add_argument('--table-k', action='store_true',
                    help="Table K's protocol instead (CBSD68, the 12 kernels): USRNet-tiny and the layers only, never "
                    'to select or tune')
+    p.add_argument('--rows', nargs='+', metavar='ROW', help='option-file rows instead of the study\'s methods')
     p.add_argument('--layer', help='also a layer trained by train_prior_probe.py (its state file)')
     p.add_argument('--device', default='cuda')
     p.add_argument('--out', required=True)
@@ -117,14 +127,17 @@ class FFDNetLayer(nn.Module):
                           'residual': float(stats.residual.max())}
 
 
-def load_networks(folder):
+def load_networks(folder, prior=None):
     """USRNet-tiny and the colour FFDNet (eval mode) from ``usrnet_tiny.pth`` and ``ffdnet_color.pth`` of ``folder``
-    (what ``scripts/fetch_assets.py usrnet_tiny ffdnet_color`` writes, or the original files)."""
+    (what ``scripts/fetch_assets.py usrnet_tiny ffdnet_color`` writes, or the original files), the FFDNet from
+    ``prior`` where given (a BasicSR checkpoint: its ``params_ema`` where it has them)."""
     from mcnet_basicsr.archs.ffdnet_arch import FFDNet
     from mcnet_basicsr.archs.usrnet_arch import USRNet
     nets = []
-    for net, name in ((USRNet(), 'usrnet_tiny.pth'), (FFDNet(), 'ffdnet_color.pth')):
-        state = torch.load(osp.join(folder, name), map_location='cpu', weights_only=False)
+    for net, path in ((USRNet(), osp.join(folder, 'usrnet_tiny.pth')),
+                      (FFDNet(), prior or osp.join(folder, 'ffdnet_color.pth'))):
+        state = torch.load(path, map_location='cpu', weights_only=False)
+        state = state.get('params_ema', state)
         net.load_state_dict(state.get('params', state))
         nets.append(net.eval())
     return nets
@@ -166,15 +179,56 @@ def write_record(args, results):
         json.dump(record, f, indent=1)
 
 
+def score_rows(args):
+    """The option-file rows ``args.rows`` on the study's problems, each as the kernel table runs it (float32, Anderson
+    to a relative residual of 1e-4, at most 60 iterations): the record of :func:`write_record`."""
+    from mcnet_basicsr.data.degradations import psnr_rgb_uint8
+    from mcnet_basicsr.evaluation.kernel_table import build_row, protocol_forward
+    from mcnet_basicsr.ops import build_operator
+    dev = torch.device(args.device)
+    results = {}
+    for fam in args.families:
+        scale, noise255 = FAMILIES[fam]
+        nets = {row: build_row(row, scale, dev, 1e-4, 60) for row in args.rows}
+        for kernel, hr, lr in problems(args, fam):
+            op = build_operator({'type': 'blur', 'scale': scale, 'kernel': kernel})
+            for row, (net, consistent) in nets.items():
+                if net is None:
+                    continue
+                sync(dev)
+                t0 = time.perf_counter()
+                sr, _, info = protocol_forward(net, consistent, lr[None], op, noise255 / 255.0, dev)
+                sync(dev)
+                entry = results.setdefault(row, {}).setdefault(fam, {'psnr': [], 'seconds': 0.0})
+                entry['psnr'].append(psnr_rgb_uint8(sr[0], hr, scale**2))
+                entry['seconds'] += time.perf_counter() - t0
+                if 'forward' in info:
+                    stats = info['forward']
+                    entry.setdefault('converged', []).append(bool(stats.converged.all()))
+                    entry.setdefault('residual', []).append(float(stats.residual.max()))
+                    entry.setdefault('iterations', []).append(float(stats.iterations.float().mean()))
+        for row, fams in results.items():
+            if fam in fams:
+                e = fams[fam]
+                line = f'{fam:>9} {row:<24} {np.mean(e["psnr"]):.3f} dB  {e["seconds"]:.1f} s'
+                if 'converged' in e:
+                    line += f'  converged {np.mean(e["converged"]):.2f}  max res {max(e["residual"]):.1e}' \
+                        f'  mean it {np.mean(e["iterations"]):.1f}'
+                print(line, flush=True)
+        write_record(args, results)
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.rows:
+        return score_rows(args)
     from mcnet_basicsr.archs.ffdnet_arch import FFDNet
     from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_measurement
     from mcnet_basicsr.ops import build_operator, imresize
 
     dev = torch.device(args.device)
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    usrnet, ffdnet = load_networks(args.weights)
+    usrnet, ffdnet = load_networks(args.weights, args.prior)
     usrnet, ffdnet = usrnet.to(dev), ffdnet.to(dev)
     if args.layer:
         trained = FFDNetLayer(FFDNet(), 1.0, 5 / 255.0)
@@ -226,8 +280,8 @@ def main(argv=None):
                         x = project(ffdnet(x, float(s_i)))
                     return x
 
+                bicubic = project(imresize(lr_t.clamp(0, 1), scale))
                 if not args.table_k:
-                    bicubic = project(imresize(lr_t.clamp(0, 1), scale))
                     timed('pnp_ffdnet_bicubic', lambda: pnp(bicubic, 24, 49 / 255, max(scale, noise255) / 255.0))
                     lo = max(1.0, noise255) / 255.0
                     for steps, s0 in ((4, 5.0), (8, 10.0)):
@@ -238,6 +292,11 @@ def main(argv=None):
                         layer = FFDNetLayer(ffdnet, beta, sp / 255.0).to(dev)
                         timed(f'layer_ffdnet_usrnet beta={beta:g} sp={sp:g}',
                               lambda: layer.solve(w, b, op, eps, sigma))
+                for beta in args.bicubic_betas:
+                    for sp in args.prior_sigmas:
+                        layer = FFDNetLayer(ffdnet, beta, sp / 255.0).to(dev)
+                        timed(f'layer_ffdnet_bicubic beta={beta:g} sp={sp:g}',
+                              lambda: layer.solve(bicubic, b, op, eps, sigma, max_iter=100))
                 if args.layer:
                     timed('layer_trained', lambda: trained.solve(w, b, op, eps, sigma))
         for name in results:
