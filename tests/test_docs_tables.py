@@ -170,9 +170,50 @@ def test_kernel_priors_tables_are_their_records():
         beta, sp = (v.strip() for v in label.split(','))
         method = f'layer_ffdnet_usrnet beta={float(beta):g} sp={float(sp):g}'
         assert values == [_mean('prior_study_set5_h100.json', method, f) for f in PRIOR_FAMILIES], label
-    table_k = _table_after(lines, '| Table K, row means (CBSD68, 12 kernels) | x2 | x3 | x3, 2.55 | x3, 7.65 |')
-    methods = {'USRNet-tiny alone': 'usrnet_tiny',
-               'MCNet + USRNet-tiny, colour FFDNet, untrained': 'layer_ffdnet_usrnet beta=3 sp=5'}
-    assert [label for label, _ in table_k] == list(methods)
-    for label, values in table_k:
-        assert values == [_mean('prior_study_table_k_h100.json', methods[label], f) for f in PRIOR_FAMILIES[:4]]
+    own = _table_after(lines, '| Set5, family kernels, which FFDNet | x2 | x3 | x3, 2.55 | x3, 7.65 | x4 |')
+    kair, ours, layer = 'prior_study_set5_h100.json', 'prior_study_set5_own_ffdnet_h100.json', 'layer_ffdnet_usrnet'
+    own_rows = {"PnP from bicubic, KAIR's FFDNet": (kair, 'pnp_ffdnet_bicubic'),
+                'PnP from bicubic, our FFDNet': (ours, 'pnp_ffdnet_bicubic'),
+                "MCNet + USRNet-tiny, beta 3, sp 5, KAIR's FFDNet": (kair, f'{layer} beta=3 sp=5'),
+                'MCNet + USRNet-tiny, beta 3, sp 5, our FFDNet': (ours, f'{layer} beta=3 sp=5'),
+                'the layer anchored at bicubic upsampling, beta 0.1, our FFDNet': (
+                    ours, 'layer_ffdnet_bicubic beta=0.1 sp=5')}
+    assert [label for label, _ in own] == list(own_rows)[:4] + ['its solves that reached the tolerance'] + \
+        list(own_rows)[4:]
+    for label, values in own:
+        if label in own_rows:
+            assert values == [_mean(*own_rows[label], f) for f in PRIOR_FAMILIES], label
+        else:  # the row above's convergence
+            results = json.loads((RECORDS / 'prior_study_set5_own_ffdnet_h100.json').read_text())['results']
+            conv = results['layer_ffdnet_usrnet beta=3 sp=5']
+            assert values == [f'{100 * sum(conv[f]["converged"]) / len(conv[f]["converged"]):.0f}%'
+                              for f in PRIOR_FAMILIES], label
+
+
+def _kernel_cells(record, row, family):
+    cells = json.loads((RECORDS / record).read_text())['cells']
+    return [cells[f'{row}|{family}|k{k}'] for k in range(1, 13)]
+
+
+def test_kernel_priors_table_k_tables_are_their_records():
+    """The Table K tables of docs/kernel_priors.md: the layer anchored on USRNet-tiny beside it (means to three
+    decimals, the cell differences, the convergence and the times of the same run), and FFDNetHQS's row means."""
+    lines = (REPO_ROOT / 'docs' / 'kernel_priors.md').read_text().splitlines()
+    rows = dict(_table_after(lines, '| Table K, row means (CBSD68, 12 kernels) | x2 | x3 | x3, 2.55 | x3, 7.65 | x4 |'))
+    record = 'kernel_table_mcnet_usrnet_tiny_h100.json'
+    for f, family in enumerate(PRIOR_FAMILIES):
+        alone, layer = (_kernel_cells(record, row, family) for row in ('usrnet_tiny', 'mcnet_usrnet_tiny'))
+        assert rows['USRNet-tiny alone'][f] == f'{sum(c["psnr"] for c in alone) / 12:.3f}'
+        assert rows['MCNet + USRNet-tiny, colour FFDNet, untrained'][f] == f'{sum(c["psnr"] for c in layer) / 12:.3f}'
+        diffs = [b['psnr'] - a['psnr'] for a, b in zip(alone, layer)]
+        assert rows["the layer's lowest / highest cell difference"][f] == f'{min(diffs):+.3f} / {max(diffs):+.3f}'
+        converged = 100 * sum(c['converged'] for c in layer) / 12
+        assert rows['solves that reached the tolerance'][f] == f'{converged:.1f}%'.replace('100.0%', '100%')
+        ms = [1000 * sum(c['seconds'] for c in cells) / sum(c['images'] for c in cells) for cells in (alone, layer)]
+        assert rows['ms per image, USRNet-tiny / the layer'][f] == f'{ms[0]:.1f} / {ms[1]:.1f}'
+    hqs = dict(_table_after(lines, '| Table K, row means | x2 | x3, 7.65 | x4 | ms per image |'))
+    for f, family in enumerate(('x2', 'x3_n7.65', 'x4')):
+        for label, rec, row in (('USRNet-tiny (official weights, fetched)', record, 'usrnet_tiny'),
+                                ('FFDNetHQS, shipped weights alone', 'kernel_table_ffdnet_hqs_h100.json',
+                                 'ffdnet_hqs')):
+            assert rows and hqs[label][f] == f'{sum(c["psnr"] for c in _kernel_cells(rec, row, family)) / 12:.2f}'
