@@ -19,11 +19,12 @@ from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_operator, imresize
 SHIPPED = REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'mcnet_ffdnet_color.pth'
 
 
-def _recipe_model(is_train=True):
-    """options/train_ffdnet_color.yml's model with a small FFDNet, on the CPU."""
+def _recipe_model(is_train=True, **train):
+    """options/train_ffdnet_color.yml's model with a small FFDNet, on the CPU (``train``: options changed)."""
     with open(REPO_ROOT / 'options' / 'train_ffdnet_color.yml') as f:
         opt = yaml.safe_load(f)
     opt['network_g'].update(num_feat=8, num_layer=3)
+    opt['train'].update(train)
     opt.update(num_gpu=0, is_train=is_train, dist=False, rank=0, world_size=1, root_path=str(REPO_ROOT))
     opt['path'] = {'pretrain_network_g': None, 'experiments_root': '', 'models': '', 'training_states': '', 'log': ''}
     return build_model(opt)
@@ -56,6 +57,19 @@ def test_denoiser_model_tells_ffdnet_the_noise_of_each_image():
     tester.feed_data({'gt': gt[:1], 'gt_path': ['a/baby.png']})
     tester.test()
     assert test_calls[-1] == 0.1 and abs(float((tester.lq - gt[:1]).std()) - 0.1) < 0.01
+
+
+def test_log_scale_noise_draws_as_many_images_per_octave():
+    lo, hi = 0.002, 0.2
+    model = _recipe_model(noise_range=[lo, hi], noise_scale='log')
+    torch.manual_seed(0)
+    model.feed_data({'gt': torch.zeros(4096, 1, 2, 2)})
+    logs = torch.log(model.sigma) - math.log(lo)
+    assert float(model.sigma.min()) >= lo and float(model.sigma.max()) <= hi
+    counts = torch.histc(logs, bins=4, min=0, max=math.log(hi / lo))  # four equal spans of log sigma
+    assert float(counts.min()) > 0.9 * 1024 and float(counts.max()) < 1.1 * 1024, counts
+    with pytest.raises(ValueError, match='lo > 0'):
+        _recipe_model(noise_range=[0.0, hi], noise_scale='log')
 
 
 def test_ffdnet_hqs_levels_run_from_level_hi_down_to_the_scale_or_the_noise():

@@ -30,7 +30,9 @@ class DenoiserModel(SRModel):
 
     * the input is made here: ``lq = gt + sigma * n``, ``n ~ N(0, I)``, no clipping, images in
       [0, 1]. Training: ``sigma ~ U[lo, hi]`` per image from ``train.noise_range: [lo, hi]`` (the
-      MCNet authors' file names ``sigma_<lo>_<hi>`` are in these units). Validation / test: the
+      MCNet authors' file names ``sigma_<lo>_<hi>`` are in these units), or ``log sigma ~ U[log lo, log hi]``
+      with ``train.noise_scale: log`` (lo > 0: as many images at each octave of noise, so that a prior run at
+      low levels, as a layer runs it, is trained there as much as at high ones). Validation / test: the
       fixed ``val.noise_sigma``, with noise drawn on the CPU from a generator seeded by the image's
       file name and ``val.noise_seed`` (default 0), so every validation sees the same noisy images
       on any device. Batches that already carry ``lq`` are used as they are;
@@ -73,13 +75,19 @@ class DenoiserModel(SRModel):
         if lo > hi:
             raise ValueError(f'train.noise_range must be [lo, hi] with lo <= hi, got {rng!r}.')
         self.noise_range = (lo, hi)
+        self.noise_scale = train_opt.get('noise_scale', 'linear')
+        if self.noise_scale not in ('linear', 'log'):
+            raise ValueError(f"train.noise_scale must be 'linear' or 'log', got {self.noise_scale!r}.")
+        if self.noise_scale == 'log' and not lo > 0:
+            raise ValueError(f'train.noise_scale log needs train.noise_range [lo, hi] with lo > 0, got {rng!r}.')
         if not train_opt.get('pixel_opt'):
             raise ValueError('DenoiserModel trains with a pixel loss: set train.pixel_opt (e.g. {type: MSELoss}).')
         super().init_training_settings()
         if self.ema_decay > 0:
             self._tell_level(self.net_g_ema)
         val = f'{self.val_sigma:g} (seed {self.val_seed})' if self.val_sigma is not None else 'not set'
-        get_root_logger().info(f'DenoiserModel: training noise sigma ~ U[{lo:g}, {hi:g}] per image '
+        law = f'U[{lo:g}, {hi:g}]' if self.noise_scale == 'linear' else f'exp U[log {lo:g}, log {hi:g}]'
+        get_root_logger().info(f'DenoiserModel: training noise sigma ~ {law} per image '
                                f'(PSNR of the noisy input {_psnr_of_sigma(hi):.2f}-{_psnr_of_sigma(lo):.2f} dB); '
                                f'validation sigma {val}.')
 
@@ -117,8 +125,10 @@ class DenoiserModel(SRModel):
             self.lq = data['lq'].to(self.device)
             self.sigma = data.get('sigma', self.val_sigma)
         elif self.is_train and not self._validating:
-            lo, hi = self.noise_range
+            lo, hi = self.noise_range if self.noise_scale == 'linear' else map(math.log, self.noise_range)
             self.sigma = lo + (hi - lo) * torch.rand(self.gt.shape[0], device=self.device, dtype=self.gt.dtype)
+            if self.noise_scale == 'log':
+                self.sigma = self.sigma.exp()
             self.lq = self.gt + self.sigma.view(-1, 1, 1, 1) * torch.randn_like(self.gt)
         else:
             if self.val_sigma is None:
