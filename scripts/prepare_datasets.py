@@ -7,7 +7,7 @@ For every evaluation set (default Set5, Set14) and scale s:
     <root>/<Name>/LR_<kernel>_<i>/X<s>/...     with --kernel FILE [--kernel-index I]: circular blur by that kernel,
                                                then the upper-left pixel of each s x s block, rounded to uint8
 With --half NAME: <root>/<Name>_half/HR/<img>.png, the HR images area-downscaled by 2 (cleaner images for training
-denoisers: options/train_ffdnet_color.yml).
+denoisers: options/train_ffdnet_rgb.yml).
 For every training set (default T91), sub-image patches of those pairs packed into LMDBs with
 basicsr's lmdb utilities (meta_info.txt included), for ``PairedImageDataset`` with
 ``io_backend: {type: lmdb}``:

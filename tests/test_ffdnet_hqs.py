@@ -1,5 +1,5 @@
 """The project's colour FFDNet and the solver built on it: DenoiserModel tells a network told its level each image's
-noise (options/train_ffdnet_color.yml), FFDNetHQS (mcnet_basicsr/archs/ffdnet_arch.py) on a photo with the shipped
+noise (options/train_ffdnet_rgb.yml), FFDNetHQS (mcnet_basicsr/archs/ffdnet_arch.py) on a photo with the shipped
 weights, and the mcnet_ffdnet_hqs rows of the kernel table (shipped weights alone: consistent outputs)."""
 import math
 
@@ -16,12 +16,12 @@ from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_lr
 from mcnet_basicsr.data.kernel_family import gaussian_kernel
 from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_operator, imresize
 
-SHIPPED = REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'mcnet_ffdnet_color.pth'
+SHIPPED = REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'ffdnet_rgb.pth'
 
 
 def _recipe_model(is_train=True, **train):
-    """options/train_ffdnet_color.yml's model with a small FFDNet, on the CPU (``train``: options changed)."""
-    with open(REPO_ROOT / 'options' / 'train_ffdnet_color.yml') as f:
+    """options/train_ffdnet_rgb.yml's model with a small FFDNet, on the CPU (``train``: options changed)."""
+    with open(REPO_ROOT / 'options' / 'train_ffdnet_rgb.yml') as f:
         opt = yaml.safe_load(f)
     opt['network_g'].update(num_feat=8, num_layer=3)
     opt['train'].update(train)
@@ -126,3 +126,44 @@ def test_the_shipped_kernel_layer_is_consistent_and_never_below_its_backbone(pho
     assert info['forward'].iterations.shape == (1, )  # R, G and B solved together
     alone = psnr_rgb_uint8(outputs['ffdnet_hqs'][0][0], hr, 4)
     assert psnr_rgb_uint8(sr[0], hr, 4) >= alone - 0.02, alone
+
+
+@pytest.mark.slow
+def test_the_kernel_layer_recipe_trains_the_prior_beta_and_level(tmp_path):
+    """options/train_mcnet_ffdnet_hqs_x2.yml through train_pipeline on two tiny photos: the prior learns at its rate,
+    beta and the level at lr_beta, and the checkpoint holds them (the backbone, frozen, is not in it)."""
+    import subprocess
+    import sys
+
+    import cv2
+    for folder, names, size in (('train', ('astronaut', 'coffee'), 48), ('val', ('chelsea', ), 32)):
+        (tmp_path / folder).mkdir()
+        for name in names:
+            cv2.imwrite(str(tmp_path / folder / f'{name}.png'), sample_photo(name, size)[:, :, ::-1])
+    with open(REPO_ROOT / 'options' / 'train_mcnet_ffdnet_hqs_x2.yml') as f:
+        opt = yaml.safe_load(f)
+    opt.update(num_gpu=0)
+    opt['datasets']['train'].update(dataroot_gt=str(tmp_path / 'train'), gt_size=32, batch_size_per_gpu=2,
+                                    num_worker_per_gpu=0, dataset_enlarge_ratio=1)
+    opt['datasets']['val']['dataroot_gt'] = str(tmp_path / 'val')
+    opt['train'].update(total_iter=2)
+    opt['val']['val_freq'] = 2
+    opt['logger'].update(print_freq=1, save_checkpoint_freq=2)
+    opt_path = tmp_path / 'train.yml'
+    with open(opt_path, 'w') as f:
+        yaml.safe_dump(opt, f, sort_keys=False)
+    code = (f'import sys; sys.argv = ["train", "-opt", {str(opt_path)!r}]; '
+            f'from mcnet_basicsr.train import main; main(root_path={str(tmp_path)!r})')
+    proc = subprocess.run([sys.executable, '-c', code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    exp = tmp_path / 'experiments' / opt['name']
+    log = sorted(exp.glob('train_*.log'))[-1].read_text()
+    assert 'lr:(1.000e-05,1.000e-02,)' in log  # the prior, then the layer's scalars
+    state = torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
+    assert not any(key.startswith('backbone.') for key in state)
+    assert {'log_beta', 'log_beta_slope', 'prior_level.log_base', 'prior_level.log_gain'} <= set(state)
+    assert abs(float(state['prior_level.log_base']) - math.log(5 / 255)) > 1e-3  # learned at lr_beta
+    prior = FFDNet()
+    prior.load_state_dict(torch.load(SHIPPED, map_location='cpu')['params'])
+    moved = [float((state[f'denoiser.{k}'] - v).abs().max()) for k, v in prior.state_dict().items()]
+    assert 0 < max(moved) < 1e-3  # fine-tuned from the shipped prior at its small rate

@@ -146,11 +146,12 @@ def test_shipped_weights_stay_within_45_mb():
                                         and not p.name.startswith('train_mcnet_start_')))
 def test_training_options_start_from_a_shipped_denoiser(name):
     """MCNet training runs from a clean clone: its starting denoiser is one the package ships, a DnCNN6 (trained by
-    options/train_dncnn6_sigma_*.yml) or the denoiser of a shipped layer (trained by its own option file), and that
+    options/train_dncnn6_sigma_*.yml), the colour FFDNet (options/train_ffdnet_rgb.yml) or the denoiser of a shipped
+    layer (trained by its own option file), and that
     checkpoint fits the option file's denoiser strictly."""
     opt = _load(next(p for p in OPTIONS if p.name == name))
     path = opt['network_g']['denoiser']['path']
-    match = re.fullmatch(r'mcnet_basicsr/weights/(dncnn6_sigma_[0-9.]+_[0-9.]+|mcnet_[a-z0-9_]+)\.pth', path)
+    match = re.fullmatch(r'mcnet_basicsr/weights/(dncnn6_sigma_[0-9.]+_[0-9.]+|ffdnet_rgb|mcnet_[a-z0-9_]+)\.pth', path)
     assert match, path
     recipe = OPTIONS[0].parent / f'train_{match.group(1)}.yml'
     assert recipe.is_file(), recipe
