@@ -179,6 +179,19 @@ def write_record(args, results):
         json.dump(record, f, indent=1)
 
 
+def print_family(results, fam):
+    """One line per method of ``results`` measured in family ``fam``: its mean PSNR, its time and, for a solve, its
+    convergence."""
+    for name, fams in results.items():
+        if fam in fams:
+            e = fams[fam]
+            line = f'{fam:>9} {name:<40} {np.mean(e["psnr"]):.3f} dB  {e["seconds"]:.1f} s'
+            if 'converged' in e:
+                line += f'  converged {np.mean(e["converged"]):.2f}  max res {max(e["residual"]):.1e}' \
+                    f'  mean it {np.mean(e["iterations"]):.1f}'
+            print(line, flush=True)
+
+
 def score_rows(args):
     """The option-file rows ``args.rows`` on the study's problems, each as the kernel table runs it (float32, Anderson
     to a relative residual of 1e-4, at most 60 iterations): the record of :func:`write_record`."""
@@ -207,14 +220,7 @@ def score_rows(args):
                     entry.setdefault('converged', []).append(bool(stats.converged.all()))
                     entry.setdefault('residual', []).append(float(stats.residual.max()))
                     entry.setdefault('iterations', []).append(float(stats.iterations.float().mean()))
-        for row, fams in results.items():
-            if fam in fams:
-                e = fams[fam]
-                line = f'{fam:>9} {row:<24} {np.mean(e["psnr"]):.3f} dB  {e["seconds"]:.1f} s'
-                if 'converged' in e:
-                    line += f'  converged {np.mean(e["converged"]):.2f}  max res {max(e["residual"]):.1e}' \
-                        f'  mean it {np.mean(e["iterations"]):.1f}'
-                print(line, flush=True)
+        print_family(results, fam)
         write_record(args, results)
 
 
@@ -299,14 +305,7 @@ def main(argv=None):
                               lambda: layer.solve(bicubic, b, op, eps, sigma, max_iter=100))
                 if args.layer:
                     timed('layer_trained', lambda: trained.solve(w, b, op, eps, sigma))
-        for name in results:
-            if fam in results[name]:
-                e = results[name][fam]
-                line = f'{fam:>9} {name:<40} {np.mean(e["psnr"]):.3f} dB  {e["seconds"]:.1f} s'
-                if 'converged' in e:
-                    line += f'  converged {np.mean(e["converged"]):.2f}  max res {max(e["residual"]):.1e}' \
-                        f'  mean it {np.mean(e["iterations"]):.1f}'
-                print(line, flush=True)
+        print_family(results, fam)
         write_record(args, results)
 
 

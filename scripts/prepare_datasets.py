@@ -124,40 +124,37 @@ def half_size(img):
     return cv2.resize(img, (img.shape[1] // 2, img.shape[0] // 2), interpolation=cv2.INTER_AREA)
 
 
-def prepare_half_set(src_dir, root, name, force):
-    """``<root>/<name>_half/HR``: every HR image of ``src_dir`` at half its size (:func:`half_size`)."""
-    sources = list_images(src_dir)
-    out = osp.join(root, f'{name}_half', 'HR')
-    settings = {'kind': 'half', 'version': 1}
+def write_image_set(sources, out, settings, force, label, image_of):
+    """``out``: ``image_of(path)`` (uint8) of every path of ``sources`` as ``<stem>.png``, written to a temporary
+    folder and renamed when complete; nothing is done where ``out`` holds these settings already."""
     digest = settings_digest(settings, sources)
     if check_output([out], digest, force):
-        print(f'{name}_half: up to date')
+        print(f'{label}: up to date')
         return
     tmp = out + '.tmp'
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    for path in tqdm(sources, desc=f'{name}_half', unit='img'):
-        cv2.imwrite(osp.join(tmp, osp.splitext(osp.basename(path))[0] + '.png'), half_size(read_hr(path)))
+    for path in tqdm(sources, desc=label, unit='img'):
+        cv2.imwrite(osp.join(tmp, osp.splitext(osp.basename(path))[0] + '.png'), image_of(path))
     commit_dir(tmp, out, digest, settings)
+
+
+def prepare_half_set(src_dir, root, name, force):
+    """``<root>/<name>_half/HR``: every HR image of ``src_dir`` at half its size (:func:`half_size`)."""
+    write_image_set(list_images(src_dir), osp.join(root, f'{name}_half', 'HR'), {'kind': 'half', 'version': 1}, force,
+                    f'{name}_half', lambda path: half_size(read_hr(path)))
 
 
 def prepare_degraded_set(src_dir, root, name, scale, label, operator, identity, force):
     """``<root>/<name>/LR_<label>/X<scale>``: the uint8 LR of every HR image (mod-cropped) under ``operator``
     (``identity``: what defines it, for the settings check)."""
-    sources = list_images(src_dir)
-    lr_out = osp.join(root, name, f'LR_{label}', f'X{scale}')
     settings = {'kind': 'degraded', 'scale': scale, 'operator': identity, 'version': 1}
-    digest = settings_digest(settings, sources)
-    if check_output([lr_out], digest, force):
-        print(f'{name} x{scale} {label}: up to date')
-        return
-    tmp_lr = lr_out + '.tmp'
-    shutil.rmtree(tmp_lr, ignore_errors=True)
-    os.makedirs(tmp_lr)
-    for path in tqdm(sources, desc=f'{name} x{scale} {label}', unit='img'):
-        hr = mod_crop(read_hr(path), scale)
-        cv2.imwrite(osp.join(tmp_lr, osp.splitext(osp.basename(path))[0] + '.png'), degraded_lr_uint8(operator, hr))
-    commit_dir(tmp_lr, lr_out, digest, settings)
+
+    def lr_of(path):
+        return degraded_lr_uint8(operator, mod_crop(read_hr(path), scale))
+
+    write_image_set(list_images(src_dir), osp.join(root, name, f'LR_{label}', f'X{scale}'), settings, force,
+                    f'{name} x{scale} {label}', lr_of)
 
 
 def prepare_train_set(src_dirs, root, name, scale, patch, step, force):

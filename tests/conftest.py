@@ -53,6 +53,25 @@ def repo_env(**extra):
     return dict(os.environ, PYTHONPATH=path, **extra)
 
 
+def train_through_pipeline(opt, root, timeout=900):
+    """Run BasicSR's ``train_pipeline`` on the option dict ``opt`` in a subprocess, as ``mcnet_basicsr/train.py`` runs
+    it, with ``root`` as its root path (the option file is written there): ``(experiment folder, its training log
+    text)``; a failed run fails the test with its output's tail."""
+    import subprocess
+
+    import yaml
+    opt_path = Path(root) / f'{opt["name"]}.yml'
+    with open(opt_path, 'w') as f:
+        yaml.safe_dump(opt, f, sort_keys=False)
+    code = (f'import sys; sys.argv = ["train", "-opt", {str(opt_path)!r}]; '
+            f'from mcnet_basicsr.train import main; main(root_path={str(root)!r})')
+    proc = subprocess.run([sys.executable, '-c', code], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    exp = Path(root) / 'experiments' / opt['name']
+    return exp, sorted(exp.glob('train_*.log'))[-1].read_text()
+
+
 def load_script(name):
     """``scripts/<name>.py`` as a module, loaded from its file: scripts are command lines, not an importable
     package, and nothing but tests loads them this way (to call ``main(argv)`` without a subprocess)."""

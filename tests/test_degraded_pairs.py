@@ -8,7 +8,7 @@ from basicsr.data import build_dataset
 from torch.utils.data import default_collate
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-from conftest import sample_photo
+from conftest import sample_photo, train_through_pipeline
 from mcnet_basicsr.models.protocol_sr_model import ProtocolSRModel
 from mcnet_basicsr.ops import BlurDownsample, StackedOperator, build_degradation, build_operator
 
@@ -106,8 +106,6 @@ def _shrunk_training(tmp_path, photo_folder, option, name):
     ``photo_folder`` for both phases; returns (the run's log, its validations' mean fidelity ``||Ax - b||_2`` on Y, the
     parameters it saved)."""
     import re
-    import subprocess
-    import sys
 
     import yaml
     from basicsr.archs import build_network
@@ -134,15 +132,7 @@ def _shrunk_training(tmp_path, photo_folder, option, name):
     opt['train']['scheduler']['milestones'] = [2]
     opt['val']['val_freq'] = 2
     opt['logger'].update(print_freq=1, save_checkpoint_freq=2)
-    opt_path = tmp_path / 'train.yml'
-    with open(opt_path, 'w') as f:
-        yaml.safe_dump(opt, f, sort_keys=False)
-    code = (f'import sys; sys.argv = ["train", "-opt", {str(opt_path)!r}]; '
-            f'from mcnet_basicsr.train import main; main(root_path={str(tmp_path)!r})')
-    proc = subprocess.run([sys.executable, '-c', code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    exp = tmp_path / 'experiments' / name
-    log = next(exp.glob('train_*.log')).read_text()
+    exp, log = train_through_pipeline(opt, tmp_path)
     fidelity = [float(v) for v in re.findall(r'fidelity_float \|\|Ax-b\|\|_2 \(Y, \[0,1\]\) mean (\S+),', log)]
     return log, fidelity, torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
 

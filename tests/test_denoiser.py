@@ -1,8 +1,6 @@
 """Denoiser training through BasicSR (CleanPatchDataset + DenoiserModel), the spectral bound of the
 trained net, its use by MCNetArch / PnPADMM, and benchmarks/select_denoiser.py."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -15,7 +13,7 @@ from basicsr.models import build_model
 from basicsr.utils import bgr2ycbcr
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-from conftest import REPO_ROOT, load_script, sample_photo
+from conftest import REPO_ROOT, load_script, sample_photo, train_through_pipeline
 from mcnet_basicsr.archs.baselines_arch import PnPADMM
 from mcnet_basicsr.archs.dncnn_arch import DnCNN, jacobian_spectral_norm, load_dncnn
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
@@ -127,15 +125,7 @@ def test_fixed_validation_noise(ws):
 @pytest.fixture(scope='module')
 def trained(ws):
     """40 iterations of DenoiserModel through train_pipeline (subprocess, as mcnet_basicsr/train.py)."""
-    opt_path = ws / 'train.yml'
-    with open(opt_path, 'w') as f:
-        yaml.safe_dump(tiny_option(ws, 'tiny_dncnn', 40), f, sort_keys=False)
-    code = (f'import sys; sys.argv = ["train", "-opt", {str(opt_path)!r}]; '
-            f'from mcnet_basicsr.train import main; main(root_path={str(ws)!r})')
-    proc = subprocess.run([sys.executable, '-c', code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    exp = ws / 'experiments' / 'tiny_dncnn'
-    log = sorted(exp.glob('train_*.log'))[-1].read_text()
+    exp, log = train_through_pipeline(tiny_option(ws, 'tiny_dncnn', 40), ws, timeout=600)
     return exp, log
 
 

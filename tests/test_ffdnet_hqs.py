@@ -10,7 +10,7 @@ import yaml
 from basicsr.models import build_model
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-from conftest import REPO_ROOT, sample_photo
+from conftest import REPO_ROOT, sample_photo, train_through_pipeline
 from mcnet_basicsr.archs.ffdnet_arch import FFDNet, FFDNetHQS
 from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_lr
 from mcnet_basicsr.data.kernel_family import gaussian_kernel
@@ -132,9 +132,6 @@ def test_the_shipped_kernel_layer_is_consistent_and_never_below_its_backbone(pho
 def test_the_kernel_layer_recipe_trains_the_prior_beta_and_level(tmp_path):
     """options/train_mcnet_ffdnet_hqs_x2.yml through train_pipeline on two tiny photos: the prior learns at its rate,
     beta and the level at lr_beta, and the checkpoint holds them (the backbone, frozen, is not in it)."""
-    import subprocess
-    import sys
-
     import cv2
     for folder, names, size in (('train', ('astronaut', 'coffee'), 48), ('val', ('chelsea', ), 32)):
         (tmp_path / folder).mkdir()
@@ -149,15 +146,7 @@ def test_the_kernel_layer_recipe_trains_the_prior_beta_and_level(tmp_path):
     opt['train'].update(total_iter=2)
     opt['val']['val_freq'] = 2
     opt['logger'].update(print_freq=1, save_checkpoint_freq=2)
-    opt_path = tmp_path / 'train.yml'
-    with open(opt_path, 'w') as f:
-        yaml.safe_dump(opt, f, sort_keys=False)
-    code = (f'import sys; sys.argv = ["train", "-opt", {str(opt_path)!r}]; '
-            f'from mcnet_basicsr.train import main; main(root_path={str(tmp_path)!r})')
-    proc = subprocess.run([sys.executable, '-c', code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    exp = tmp_path / 'experiments' / opt['name']
-    log = sorted(exp.glob('train_*.log'))[-1].read_text()
+    exp, log = train_through_pipeline(opt, tmp_path)
     assert 'lr:(1.000e-05,1.000e-02,)' in log  # the prior, then the layer's scalars
     state = torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
     assert not any(key.startswith('backbone.') for key in state)

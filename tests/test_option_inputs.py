@@ -80,7 +80,8 @@ def test_how_to_make(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize('target', [
     'datasets/Set5/HR_mod3', 'datasets/Set14/LR_bicubic/X2', 'datasets/T91/T91_LR_sub_x4.lmdb',
-    'datasets/T91_BSD200_half/T91_BSD200_half_HR_sub_x2.lmdb', 'datasets/BSD200_half/HR', 'experiments/pretrained_models/DnCNN_noise15.pth', 'experiments/pretrained_models/RCAN_BIX2.pth'])
+    'datasets/T91_BSD200_half/T91_BSD200_half_HR_sub_x2.lmdb', 'datasets/BSD200_half/HR',
+    'experiments/pretrained_models/DnCNN_noise15.pth', 'experiments/pretrained_models/RCAN_BIX2.pth'])
 def test_the_hints_commands_fill_what_the_option_file_reads_from_another_folder(target, tmp_path, monkeypatch):
     """Each command of a hint, read by its script's own argument parser in the folder where the hint is printed
     (not the repository), writes where the option file's relative path points from that folder; prepare_datasets.py

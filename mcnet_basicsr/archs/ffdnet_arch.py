@@ -16,7 +16,6 @@ from torch import nn
 
 from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, imresize
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY
-
 from .usrnet_arch import DataStep, data_terms
 
 
