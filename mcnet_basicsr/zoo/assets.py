@@ -399,10 +399,9 @@ def how_to_make(path, manifest=None):
             return fetch_command([asset.name])
     datasets = {a.name for a in manifest.values() if a.kind == 'dataset'}
     # a folder name joins data set names with '_'; '<Name>_half' is prepare_datasets.py --half's
-    names = re.sub(r'_half\b', '-half', parts[1]).split('_') if len(parts) >= 3 and parts[0] == 'datasets' else []
-    names = [name.replace('-half', '_half') for name in names]
-    halves = [name[:-len('_half')] for name in names if name.endswith('_half')]
-    sources = [name[:-len('_half')] if name.endswith('_half') else name for name in names]
+    names = re.findall(r'[^_]+(?:_half)?', parts[1]) if len(parts) >= 3 and parts[0] == 'datasets' else []
+    sources = [name.removesuffix('_half') for name in names]
+    halves = [source for name, source in zip(names, sources) if name != source]
     if names and set(sources) <= datasets:
         fetch_cmd = '' if all(Path('datasets', n, 'HR').is_dir() for n in sources) else f'{fetch_command(sources)} && '
         lmdb = re.fullmatch(r'.*_sub_x(\d+)\.lmdb', parts[-1])
