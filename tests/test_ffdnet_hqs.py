@@ -1,6 +1,7 @@
 """The project's colour FFDNet and the solver built on it: DenoiserModel tells a network told its level each image's
 noise (options/train_ffdnet_rgb.yml), FFDNetHQS (mcnet_basicsr/archs/ffdnet_arch.py) on a photo with the shipped
-weights, and the mcnet_ffdnet_hqs rows of the kernel table (shipped weights alone: consistent outputs)."""
+weights, FFDNetPnP (the same prior with exact projections: any operator), and the mcnet_ffdnet_hqs rows of the
+kernel table (shipped weights alone: consistent outputs)."""
 import math
 
 import numpy as np
@@ -11,10 +12,11 @@ from basicsr.models import build_model
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import REPO_ROOT, sample_photo, train_through_pipeline
-from mcnet_basicsr.archs.ffdnet_arch import FFDNet, FFDNetHQS
+from mcnet_basicsr.archs.ffdnet_arch import FFDNet, FFDNetHQS, FFDNetPnP
+from mcnet_basicsr.archs.frozen_backbone import non_blind_forward
 from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_lr
 from mcnet_basicsr.data.kernel_family import gaussian_kernel
-from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_operator, imresize
+from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_degradation, build_operator, imresize, noisy_radius
 
 SHIPPED = REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'ffdnet_rgb.pth'
 
@@ -109,6 +111,29 @@ def test_ffdnet_hqs_with_the_shipped_prior_restores_a_blurred_photo(photo_proble
         return float((op(y.double()) - lr_t.double()).square().mean().sqrt())
 
     assert misfit(x) < 0.3 * misfit(imresize(lr_t, 2)), (misfit(x), misfit(imresize(lr_t, 2)))  # blur inverted
+
+
+@pytest.mark.parametrize('degradation', ['blur', 'pil-bicubic'])
+def test_ffdnet_pnp_restores_a_photo_inside_the_ball_of_any_operator(photo_problem, degradation):
+    hr, _, kernel = photo_problem
+    op = (build_operator({'type': 'blur', 'scale': 2, 'kernel': kernel}) if degradation == 'blur' else
+          build_degradation(degradation, 2))
+    hr_t = torch.from_numpy(hr).permute(2, 0, 1)[None].double() / 255
+    sigma = 2.55 / 255
+    noisy = op(hr_t) + sigma * torch.randn(op(hr_t).shape, generator=torch.Generator().manual_seed(0),
+                                           dtype=torch.float64)
+    lr_t = ((noisy.clamp(0, 1) * 255).round() / 255).float()
+    pnp = FFDNetPnP().eval()
+    pnp.load_state_dict(torch.load(SHIPPED, map_location='cpu')['params'])  # FFDNet's keys, strict
+    with torch.no_grad():
+        x = non_blind_forward(pnp, lr_t, op, sigma)  # told the operator itself
+    m = lr_t.shape[-1] * lr_t.shape[-2]
+    radius = noisy_radius(QUANTIZATION_EPS_RMS * math.sqrt(m), sigma, m)
+    residuals = (op(x.double()) - lr_t.double()).flatten(2).norm(dim=2)  # one ball per channel
+    assert float(residuals.max()) <= radius * (1 + 1e-6)
+    bicubic = psnr_rgb_uint8(_uint8(imresize(lr_t, 2)), hr, 4)
+    psnr = psnr_rgb_uint8(_uint8(x), hr, 4)
+    assert psnr > bicubic + 1.0, (psnr, bicubic)
 
 
 def test_the_shipped_kernel_layer_is_consistent_and_never_below_its_backbone(photo_problem, monkeypatch):

@@ -6,7 +6,8 @@ level map is appended as one more channel, a plain CNN (3x3 convolutions with bi
 clean sub-images, and pixel shuffle puts them back. The default arguments build the colour model of KAIR's model zoo
 (852,108 parameters), whose weights (keys ``model.<i>``) load with ``strict=True``.
 
-:class:`FFDNetHQS` runs the same network as the prior of a non-blind super-resolution solver.
+:class:`FFDNetHQS` (blur kernels) and :class:`FFDNetPnP` (any operator) run the same network as the prior of non-blind
+super-resolution solvers.
 """
 import math
 
@@ -14,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, imresize
+from mcnet_basicsr.ops import (QUANTIZATION_EPS_RMS, fold_channels, imresize, noisy_radius, repeat_samples,
+                               unfold_channels)
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 from .usrnet_arch import DataStep, data_terms
 
@@ -59,8 +61,34 @@ class FFDNet(nn.Module):
         return F.pixel_shuffle(self.model(torch.cat([sub, level], dim=1)), 2)[..., :h, :w]
 
 
+class AnnealedFFDNet(FFDNet):
+    """The levels of a plug-and-play solver on FFDNet (IRCNN's and DPIR's schedule): ``n_iter`` levels log-spaced
+    from ``level_hi`` down to ``max(scale / 255, sigma)``. Its weights are an FFDNet's: one file serves as such a
+    solver and as an MCNet layer's prior."""
+
+    non_blind = True
+    takes_level = False  # a solver, not a prior told its level
+
+    def __init__(self, in_ch=3, num_feat=96, num_layer=12, n_iter=24, level_hi=49 / 255):
+        super().__init__(in_ch, num_feat, num_layer)
+        self.n_iter, self.level_hi = int(n_iter), float(level_hi)
+
+    def levels(self, scale, sigma):
+        """The prior's levels ``s_i`` (N, n_iter) for noise ``sigma`` (N,)."""
+        lo = torch.clamp(sigma, min=scale / 255.0)
+        ratio = torch.linspace(0, 1, self.n_iter, dtype=sigma.dtype, device=sigma.device)
+        return torch.exp(math.log(self.level_hi) + (torch.log(lo)[:, None] - math.log(self.level_hi)) * ratio)
+
+    def denoise(self, x, level):
+        """The prior: FFDNet at ``level`` (N,)."""
+        return FFDNet.forward(self, x, level)
+
+    def extra_repr(self):
+        return f'n_iter={self.n_iter}, level_hi={self.level_hi:.4g}'
+
+
 @ARCH_REGISTRY.register()
-class FFDNetHQS(FFDNet):
+class FFDNetHQS(AnnealedFFDNet):
     """Non-blind super-resolution by half-quadratic splitting with FFDNet as the prior (the plug-and-play scheme of
     IRCNN and DPIR: Zhang et al., CVPR 2017 and TPAMI 2021): ``forward(lr, kernel, scale, sigma)``, as USRNet is
     called, for circular blur by ``kernel`` and upper-left decimation by ``scale`` with Gaussian noise of std
@@ -68,10 +96,8 @@ class FFDNetHQS(FFDNet):
 
     From MATLAB-bicubic upsampling, ``n_iter`` times: USRNet's closed-form data step
     ``argmin_x ||y - D_s(k * x)||^2 + alpha_i ||x - z||^2`` with ``alpha_i = lam max(sigma, q)^2 / s_i^2`` (``q`` the
-    uint8 quantisation std), then ``z = FFDNet(x, s_i)``, the levels ``s_i`` log-spaced from ``level_hi`` down to
-    ``max(scale / 255, sigma)``. The defaults are DPIR's published settings for super-resolution (24 iterations,
-    49 / 255, lam 0.23), not tuned here. Its weights are an FFDNet's: one file serves as this backbone and as an
-    MCNet layer's prior.
+    uint8 quantisation std), then ``z = FFDNet(x, s_i)`` at the levels of :class:`AnnealedFFDNet`. The defaults are
+    DPIR's published settings for super-resolution (24 iterations, 49 / 255, lam 0.23), not tuned here.
 
     Args:
         in_ch, num_feat, num_layer: FFDNet's.
@@ -80,19 +106,10 @@ class FFDNetHQS(FFDNet):
         lam (float): The data step's weight. Default: 0.23.
     """
 
-    non_blind = True
-    takes_level = False  # a solver, not a prior told its level
-
     def __init__(self, in_ch=3, num_feat=96, num_layer=12, n_iter=24, level_hi=49 / 255, lam=0.23):
-        super().__init__(in_ch, num_feat, num_layer)
-        self.n_iter, self.level_hi, self.lam = int(n_iter), float(level_hi), float(lam)
+        super().__init__(in_ch, num_feat, num_layer, n_iter, level_hi)
+        self.lam = float(lam)
         self.data_step = DataStep()
-
-    def levels(self, scale, sigma):
-        """The prior's levels ``s_i`` (N, n_iter) for noise ``sigma`` (N,)."""
-        lo = torch.clamp(sigma, min=scale / 255.0)
-        ratio = torch.linspace(0, 1, self.n_iter, dtype=sigma.dtype, device=sigma.device)
-        return torch.exp(math.log(self.level_hi) + (torch.log(lo)[:, None] - math.log(self.level_hi)) * ratio)
 
     def forward(self, lr, kernel, scale, sigma):
         """``lr`` (N, C, h, w); ``kernel`` (N or 1, 1, kh, kw) summing to 1; ``scale`` an int; ``sigma`` the noise
@@ -105,8 +122,45 @@ class FFDNetHQS(FFDNet):
         x = imresize(lr, scale)
         for i in range(self.n_iter):
             x = self.data_step(x, spectrum, aliased_power, kty, alphas[:, i].view(-1, 1, 1, 1), scale)
-            x = super().forward(x, levels[:, i])
+            x = self.denoise(x, levels[:, i])
         return x
 
     def extra_repr(self):
-        return f'n_iter={self.n_iter}, level_hi={self.level_hi:.4g}, lam={self.lam:g}'
+        return f'{super().extra_repr()}, lam={self.lam:g}'
+
+
+@ARCH_REGISTRY.register()
+class FFDNetPnP(AnnealedFFDNet):
+    """Non-blind super-resolution for any measurement operator: plug-and-play projections with FFDNet as the prior,
+    ``forward(lr, operator, sigma)``. From MATLAB-bicubic upsampling, ``n_iter`` times ``x = P(FFDNet(x, s_i))`` at
+    the levels of :class:`AnnealedFFDNet`, where ``P`` is the exact projection of each channel onto the LR's ball
+    ``||A x_c - lr_c|| <= eps`` (``A`` the operator: a blur kernel with decimation, or a library's resizer), its
+    radius that of uint8 rounding and of the noise (:func:`~mcnet_basicsr.ops.noisy_radius`). Its output is
+    consistent with the LR to that radius.
+
+    Args:
+        in_ch, num_feat, num_layer: FFDNet's.
+        n_iter (int): Iterations. Default: 24.
+        level_hi (float): The first prior level, [0, 1] units. Default: 49 / 255.
+    """
+
+    takes_operator = True
+
+    def forward(self, lr, operator, sigma):
+        """``lr`` (N, C, h, w) in [0, 1]; ``operator`` what made it (a :class:`~mcnet_basicsr.ops.DownsampleOperator`,
+        the same for every sample, or one per sample); ``sigma`` the noise std, a float or an (N,) tensor, [0, 1]
+        units."""
+        n, c, h, w = lr.shape
+        sigma = torch.as_tensor(sigma, dtype=lr.dtype, device=lr.device).reshape(-1).expand(n)
+        op = operator if c == 1 else repeat_samples(operator, c)
+        b = fold_channels(lr).double()
+        eps = noisy_radius(QUANTIZATION_EPS_RMS * math.sqrt(h * w), sigma.double().repeat_interleave(c), h * w)
+
+        def project(x):
+            return unfold_channels(op.project(fold_channels(x).double(), b, eps), c).to(lr.dtype)
+
+        levels = self.levels(operator.scale, sigma)
+        x = project(imresize(lr, operator.scale))
+        for i in range(self.n_iter):
+            x = project(self.denoise(x, levels[:, i]))
+        return x

@@ -60,21 +60,25 @@ class BackboneOptions:
 
 def is_non_blind(net):
     """Whether ``net`` is told the measurement, ``forward(lr, kernel, scale, sigma)`` (its class sets
-    ``non_blind = True``, as :class:`~mcnet_basicsr.archs.usrnet_arch.USRNet`)."""
+    ``non_blind = True``, as :class:`~mcnet_basicsr.archs.usrnet_arch.USRNet`), or ``forward(lr, operator, sigma)``
+    where its class also sets ``takes_operator = True`` (:class:`~mcnet_basicsr.archs.ffdnet_arch.FFDNetPnP`)."""
     return getattr(type(net), 'non_blind', False)
 
 
 def non_blind_forward(net, lr, operator, noise_sigma=None):
     """A non-blind ``net`` on LR ``lr`` (N, C, h, w) measured by ``operator`` with noise of std ``noise_sigma`` (None:
-    none; a float or an (N,) tensor): told the operator's blur kernel (an (1 or N, 1, kh, kw) tensor), its scale and
-    the noise. An operator without a kernel, or whose decimation does not keep the upper-left pixel: ValueError."""
+    none; a float or an (N,) tensor): told the operator itself where it takes one, else the operator's blur kernel
+    (an (1 or N, 1, kh, kw) tensor) and its scale; and the noise. A kernel-taking ``net`` and an operator without a
+    kernel, or whose decimation does not keep the upper-left pixel: ValueError."""
+    sigma = 0.0 if noise_sigma is None else noise_sigma
+    if getattr(type(net), 'takes_operator', False):
+        return net(lr, operator, sigma)
     kernel = getattr(operator, 'kernel', None)
     if kernel is None or getattr(operator, 'offset', 0) != 0:
         raise ValueError(f'{type(net).__name__} is non-blind (told the blur kernel of upper-left decimation); the '
                          f'operator {operator!r} has {"no kernel" if kernel is None else "an offset"}: give '
                          "{type: blur, kernel: ...} with offset 0.")
     kernel = torch.from_numpy(np.array(kernel, dtype=np.float32)).to(lr.device)
-    sigma = 0.0 if noise_sigma is None else noise_sigma
     return net(lr, kernel.reshape(-1, 1, *kernel.shape[-2:]), operator.scale, sigma)
 
 
