@@ -9,6 +9,8 @@ preset                    architecture                                          
 ``rdn_compact``           our compact RDN: 6 blocks x 4 layers, 32 features, growth 24      RGB LR, RGB out
 ``imdn``                  the official IMDN (the defaults of :class:`IMDN`)                 RGB LR, RGB out
 ``pan``                   the official PAN (the defaults of :class:`PAN`)                  RGB LR, RGB out
+``ffdnet_pnp``            plug-and-play projections with the colour FFDNet (the defaults    RGB LR, RGB out; told
+                          of :class:`FFDNetPnP`); no scale option: the operator carries it  the operator
 ========================  ================================================================  =====================
 
 Where to use them:
@@ -30,15 +32,18 @@ from copy import deepcopy
 
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY, build_network
 
-# per preset: the arch options less the scale, and how MCNet's layer feeds it ('lr' RGB or 'upsampled' Y)
+# per preset: the arch options less the scale, the arch's option that takes the scale (None: it takes none, the
+# operator it is told carries it), and how MCNet's layer feeds it ('lr' RGB or 'upsampled' Y)
 BACKBONE_PRESETS = {
-    'srcnn': {'arch': {'type': 'SRCNN'}, 'input': 'upsampled', 'channels': 1},
+    'srcnn': {'arch': {'type': 'SRCNN'}, 'scale_option': 'scale', 'input': 'upsampled', 'channels': 1},
     'rcan_compact': {'arch': {'type': 'RCAN', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 32, 'num_group': 4,
-                              'num_block': 6, 'squeeze_factor': 8}, 'input': 'lr', 'channels': 3},
+                              'num_block': 6, 'squeeze_factor': 8}, 'scale_option': 'upscale', 'input': 'lr',
+                     'channels': 3},
     'rdn_compact': {'arch': {'type': 'RDN', 'num_feat': 32, 'growth': 24, 'num_block': 6, 'num_layer': 4},
-                    'input': 'lr', 'channels': 3},
-    'imdn': {'arch': {'type': 'IMDN'}, 'input': 'lr', 'channels': 3},
-    'pan': {'arch': {'type': 'PAN'}, 'input': 'lr', 'channels': 3},
+                    'scale_option': 'upscale', 'input': 'lr', 'channels': 3},
+    'imdn': {'arch': {'type': 'IMDN'}, 'scale_option': 'upscale', 'input': 'lr', 'channels': 3},
+    'pan': {'arch': {'type': 'PAN'}, 'scale_option': 'upscale', 'input': 'lr', 'channels': 3},
+    'ffdnet_pnp': {'arch': {'type': 'FFDNetPnP'}, 'scale_option': None, 'input': 'lr', 'channels': 3},
 }
 
 
@@ -50,11 +55,12 @@ def _preset(name):
 
 
 def backbone_options(name, scale):
-    """``network_g`` options of preset ``name`` alone at ``scale``: RGB LR in, RGB HR out."""
+    """``network_g`` options of preset ``name`` alone at ``scale``: RGB LR in, RGB HR out (a preset without a scale
+    option, told the operator, is the same at every scale)."""
     preset = _preset(name)
     # SRCNN works on the upsampled Y; given a scale it runs the whole classic RGB pipeline itself
-    key = 'scale' if preset['input'] == 'upsampled' else 'upscale'
-    return dict(deepcopy(preset['arch']), **{key: scale})
+    key = preset['scale_option']
+    return dict(deepcopy(preset['arch']), **({} if key is None else {key: scale}))
 
 
 def backbone_type(name):

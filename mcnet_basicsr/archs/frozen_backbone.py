@@ -25,8 +25,8 @@ class BackboneOptions:
 
     Attributes:
         net (str | dict): The name of a shipped configuration, built at the layer's scale ('srcnn', 'rcan_compact',
-            'rdn_compact', 'imdn', 'pan'; see ``backbone_presets_arch.py``), or BasicSR ``network_g``-style options
-            of any registered arch (``{type: RCAN, num_feat: 64, ..., upscale: 2}``).
+            'rdn_compact', 'imdn', 'pan', 'ffdnet_pnp'; see ``backbone_presets_arch.py``), or BasicSR
+            ``network_g``-style options of any registered arch (``{type: RCAN, num_feat: 64, ..., upscale: 2}``).
         path (str | None): Its checkpoint. Default: None (random weights).
         param_key (str): The key of the state dict in the checkpoint. Default: 'params'.
         input (str | None): 'lr' (the LR image) or 'upsampled' (MATLAB-bicubic upsampled LR, as SRCNN expects).
