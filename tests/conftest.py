@@ -113,8 +113,9 @@ def same_operator_resizers(scale):
     return {n: {m for m in matrices if (matrices[m] == matrices[n]).all()} for n in matrices}
 
 
-def sample_photo(name, size=None):
-    """A real photo that scikit-image ships (no download): uint8 HxWx3 RGB, centre-cropped to ``size``."""
+def sample_photo(name, size=None, top_left=None):
+    """A real photo that scikit-image ships (no download): uint8 HxWx3 RGB, cropped to ``size`` at ``top_left`` (row,
+    column; default: centred)."""
     from skimage import data
     img = getattr(data, name)()
     if img.ndim == 2:
@@ -122,8 +123,9 @@ def sample_photo(name, size=None):
     img = img[:, :, :3]
     if size is not None:
         h, w = (size, size) if isinstance(size, int) else size
-        top, left = (img.shape[0] - h) // 2, (img.shape[1] - w) // 2
+        top, left = top_left or ((img.shape[0] - h) // 2, (img.shape[1] - w) // 2)
         img = img[top:top + h, left:left + w]
+        assert img.shape[:2] == (h, w), (name, size, top_left)
     return np.ascontiguousarray(img)
 
 

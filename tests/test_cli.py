@@ -93,7 +93,7 @@ def test_help_readme_and_docs_name_the_layers_the_cards_list():
     exact = [b for b, c in cards['backbones'].items() if c['eps_rms'] is None]
     assert f'(eps = 0): the layers of {", ".join(exact)};' in text
     layer_files = {c['layer'] for b in cards['backbones'].values() for section in cards['families'].values()
-                   for c in b.get(section, {}).values()}
+                   for c in b.get(section, {}).values() if 'layer' in c}  # an untrained layer has no file
     shipped = {p.name for p in (REPO_ROOT / 'mcnet_basicsr' / 'weights').glob('mcnet_*.pth') if '_start' not in p.name}
     assert layer_files == shipped
     help_text = cli_options.build_parser().format_help()
@@ -128,20 +128,28 @@ def test_the_heavy_part_raises_the_usage_error_of_the_command_line():
     assert inference.UsageError is cli_options.UsageError  # raised in the heavy part, caught the same way
 
 
-def test_defaults_are_the_model_cards():
-    """Without --backbone the command runs the card's default model of the scale; each model's --tol, --extrapolation
-    and --iters defaults are its card's; --tol and --extrapolation always win."""
+def test_defaults_are_the_model_cards(tmp_path):
+    """Without --backbone the command runs the card's default model of the family of its LR and the scale: MATLAB
+    bicubic (also named), a --kernel, another --degradation; each model's --tol, --extrapolation and --iters defaults
+    are its card's; --tol and --extrapolation always win."""
     from mcnet_basicsr.cli import options as cli_options
     from mcnet_basicsr.zoo.pretrained import MODELS, model_card
     parse = lambda *extra: cli_options.parse_args(['photo.png', '-o', 'out', *extra])  # noqa: E731
     assert cli_options.MODELS == MODELS  # the command line found the package's cards
-    shipped = [(b, s) for b in MODELS['backbones'] for s in MODELS['backbones'][b]['models']]
+    shipped = [(b, s) for b in MODELS['backbones'] for s in MODELS['backbones'][b].get('models', {})]
     assert len(shipped) == 13
+    kernel = tmp_path / 'k.npy'
+    kernel.write_bytes(b'')  # the parser checks that it exists
+    lr_options = {'bicubic': [[], ['--degradation', 'matlab-bicubic']], 'kernels': [['--kernel', str(kernel)]],
+                  'resizers': [['--degradation', 'pil-bicubic'], ['--degradation', 'cv2-area']]}
     for s in cli_options.SCALES:
-        args = parse('--scale', str(s))
-        card = model_card(MODELS['default'][s], s)
-        assert args.backbone == MODELS['default'][s]
-        assert (args.tol, args.extrapolation) == (card['tol'], card['extrapolation'])
+        for family, cases in lr_options.items():
+            for extra in cases:
+                args = parse('--scale', str(s), *extra)
+                default = MODELS['default'][family][s]
+                card = model_card(default, s, family)
+                assert (args.backbone, args.layer_family) == (default, family), (s, extra)
+                assert (args.tol, args.extrapolation) == (card['tol'], card['extrapolation'])
     for b, s in shipped:
         args = parse('--scale', str(s), '--backbone', b)
         card = model_card(b, s)
@@ -252,9 +260,12 @@ def test_measurement_options_and_their_defaults(tmp_path):
         ('matlab-bicubic', None, None, 0.0, 'y')
     assert parse('--degradation', 'matlab-bicubic').channels == 'y'
     assert (parse('--degradation', 'cv2-area').channels, parse('--kernel', str(kernel)).channels) == ('rgb', 'rgb')
-    args = parse('--kernel', str(kernel), '--kernel-index', '3', '--channels', 'y', '--noise', '2.5')
+    srcnn = ['--backbone', 'srcnn']  # a layer that runs on Y too
+    args = parse('--kernel', str(kernel), '--kernel-index', '3', '--channels', 'y', '--noise', '2.5', *srcnn)
     assert (args.degradation, args.kernel_index, args.channels, args.noise) == (None, 3, 'y', 2.5)
-    assert parse('--degradation', 'pil-bicubic', '--channels', 'y').channels == 'y'
+    assert parse('--degradation', 'pil-bicubic', '--channels', 'y', *srcnn).channels == 'y'
+    # the default for such LR, FFDNetPnP's layer, denoises R, G and B together: rgb, on MATLAB bicubic too
+    assert parse('--backbone', 'ffdnet_pnp').channels == 'rgb'
     cases = [
         (['--degradation', 'cv2-area', '--kernel', str(kernel)], 'give one of them'),
         (['--kernel-index', '1'], '--kernel-index picks a kernel of a --kernel .mat file'),
@@ -266,6 +277,8 @@ def test_measurement_options_and_their_defaults(tmp_path):
         (['--degradation', 'gimp'], "invalid choice: 'gimp' (choose from 'matlab-bicubic', "),
         (['--channels', 'ycbcr'], "invalid choice: 'ycbcr' (choose from 'y', 'rgb')"),
         (['--kernel-index', 'two', '--kernel', str(kernel)], "invalid int value: 'two'"),
+        (['--kernel', str(kernel), '--channels', 'y'], '--channels y: the ffdnet_pnp layer runs with --channels rgb'),
+        (['--backbone', 'ffdnet_pnp', '--channels', 'y'], 'runs with --channels rgb only'),
     ]
     for extra, what in cases:
         with pytest.raises(cli_options.UsageError) as err:

@@ -8,6 +8,7 @@ import torch
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from cli_helpers import FAST, MODELS, cli, lr_from, one_error_line, photo, read_summary, snapshot, write
+from conftest import sample_photo
 from mcnet_basicsr.cli.inference import get_model, super_resolve
 from mcnet_basicsr.zoo.pretrained import weight_path
 
@@ -63,7 +64,9 @@ def test_bad_kernels_are_one_line_and_touch_nothing(tmp_path, capsys):
     big = np.ones((9, 9))
     np.save(tmp_path / 'big.npy', big / big.sum())
     out2 = tmp_path / 'out2'
-    code = cli(small, img, '-o', out2, '--scale', 2, '--kernel', tmp_path / 'big.npy', *FAST)
+    # SRCNN's layer, whose solve converges on this LR, which the kernel did not make
+    srcnn = ['--backbone', 'srcnn']
+    code = cli(small, img, '-o', out2, '--scale', 2, '--kernel', tmp_path / 'big.npy', *FAST, *srcnn)
     captured = capsys.readouterr()
     line = one_error_line(captured.err)
     assert code == 1 and str(small) in line and 'the 9x9 blur kernel is larger than the 12x8 output' in line, line
@@ -72,20 +75,20 @@ def test_bad_kernels_are_one_line_and_touch_nothing(tmp_path, capsys):
     assert (out2 / 'a_x2.png').exists() and not (out2 / 'small_x2.png').exists()
     # a kernel of a .mat cell array, picked by its 0-based index
     assert cli(img, '-o', out2, '--scale', 2, '--kernel', tmp_path / 'cells.mat', '--kernel-index', 1, '--force',
-               *FAST) == 0
+               *FAST, *srcnn) == 0
 
 
 def test_degradation_cv2_area_is_consistent_with_opencv(tmp_path, capsys):
     """An LR made by OpenCV's INTER_AREA: --degradation cv2-area makes each of R, G, B's cv2.resize equal to it (the
-    float result, at rounding level); the default, MATLAB bicubic, does not. The default run is the same as
-    --degradation matlab-bicubic, file for file."""
+    float result of SRCNN's layer, eps = 0, at rounding level); the default, MATLAB bicubic, does not. The default run
+    is the same as --degradation matlab-bicubic, file for file."""
     from mcnet_basicsr.ops import build_degradation
     hr = photo('coffee', 48, 56)
     lr8 = cv2.resize(hr, (28, 24), interpolation=cv2.INTER_AREA)
     img = write(tmp_path / 'in' / 'c.png', lr8)
     outs = {}
     for name, extra in (('default', []), ('matlab', ['--degradation', 'matlab-bicubic']),
-                        ('area', ['--degradation', 'cv2-area'])):
+                        ('area', ['--degradation', 'cv2-area', '--backbone', 'srcnn'])):
         outs[name] = tmp_path / name
         assert cli(img, '-o', outs[name], '--scale', 2, '--tol', '1e-4', '-v', *extra) == 0
     console = capsys.readouterr().out
@@ -108,8 +111,8 @@ def test_degradation_cv2_area_is_consistent_with_opencv(tmp_path, capsys):
 
 def test_kernel_rgb_is_consistent_with_scipy_blur_in_every_channel(tmp_path):
     """An LR made by circular blur (scipy.ndimage.convolve, mode='wrap') and keeping the upper-left pixel of each
-    2 x 2 block: --kernel k.npy --channels rgb makes every channel's blur-and-decimation of the result equal to it,
-    tiled or not."""
+    2 x 2 block: --kernel k.npy --channels rgb with SRCNN's layer (eps = 0) makes every channel's blur-and-decimation
+    of the result equal to it, tiled or not."""
     from scipy.ndimage import convolve
 
     from mcnet_basicsr.ops import BlurDownsample
@@ -127,7 +130,8 @@ def test_kernel_rgb_is_consistent_with_scipy_blur_in_every_channel(tmp_path):
     lr16 = np.rint(degrade(hr) * 65535).astype(np.uint16)
     img = write(tmp_path / 'in' / 'a.png', lr16[:, :, ::-1])
     out = tmp_path / 'out'
-    assert cli(img, '-o', out, '--scale', 2, '--kernel', tmp_path / 'k.npy', '--channels', 'rgb', *FAST) == 0
+    assert cli(img, '-o', out, '--scale', 2, '--kernel', tmp_path / 'k.npy', '--channels', 'rgb', '--backbone', 'srcnn',
+               *FAST) == 0
     assert float(read_summary(out)[str(img)]['fidelity']) <= 1e-9
 
     model = get_model(2, torch.device('cpu'), cache=MODELS, channels='rgb')
@@ -259,7 +263,8 @@ def test_degradation_at_x4_runs_the_layer_its_cards_name(tmp_path, capsys):
     assert args.layer_family == 'resizers'
     _assert_runs_layer(args, 'mcnet_pan_resizers_x4.pth')
     # SRCNN has no layer trained on resizers: --degradation keeps its bicubic layer
-    args = cli_options.parse_args([str(img), '-o', str(out), '--scale', '4', '--degradation', 'cv2-cubic'])
+    args = cli_options.parse_args([str(img), '-o', str(out), '--scale', '4', '--degradation', 'cv2-cubic',
+                                   '--backbone', 'srcnn'])
     assert args.layer_family == 'bicubic'
 
 
@@ -338,5 +343,118 @@ def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsy
     assert len(err) == 1 and err[0].startswith('error: layer checkpoint') and 'junk.pth' in err[0], err
     assert not (tmp_path / 'none').exists()
     # SRCNN has no layer trained on blur kernels: --kernel keeps its bicubic layer
-    args = cli_options.parse_args([str(img), '-o', str(out), '--scale', '2', '--kernel', str(tmp_path / 'k.npy')])
+    args = cli_options.parse_args([str(img), '-o', str(out), '--scale', '2', '--kernel', str(tmp_path / 'k.npy'),
+                                   '--backbone', 'srcnn'])
     assert args.layer_family == 'bicubic'
+
+
+# ------------------------------------------------------------------------------------ the default for such LR
+# a smooth region of a real photo: the out-of-focus background of scikit-image's chelsea (48 x 48, top right)
+SMOOTH = ('chelsea', 48, (24, 384))
+UNTRAINED_LINE = 'MCNet + FFDNet PnP x2: layer FFDNet prior ffdnet_rgb.pth, beta 3 (untrained), A = '
+
+
+def _psnr_rgb(img, hr, crop):
+    """RGB PSNR of ``img`` (HWC in [0, 1]) rounded to uint8 against the uint8 ``hr``, ``crop`` pixels off each side."""
+    diff = np.clip(np.rint(img * 255), 0, 255)[crop:-crop, crop:-crop] - hr[crop:-crop, crop:-crop].astype(np.float64)
+    return 10 * np.log10(255**2 / np.mean(diff**2))
+
+
+def _write_uint8_as_16bit(path, rgb8):
+    """``rgb8`` (HWC RGB uint8) as a 16-bit PNG of the same values (v * 257 = v / 255 exactly): the output is then
+    16-bit, fine enough to check the float result's consistency."""
+    return write(path, (rgb8.astype(np.uint16) * 257)[:, :, ::-1])
+
+
+def _read_16bit(path):
+    return cv2.imread(str(path), cv2.IMREAD_UNCHANGED)[:, :, ::-1] / 65535.0
+
+
+def _check_in_ball(residuals, m, row):
+    """Each channel's ``||A x_c - b_c||`` of the 16-bit output within the uint8 ball (``m`` LR pixels) the summary
+    reports, up to the 16-bit rounding of the output."""
+    eps = (1 / 255) / np.sqrt(12) * np.sqrt(m)
+    assert float(row['eps']) == pytest.approx(eps, rel=1e-5)
+    assert np.all(np.asarray(residuals) <= eps + 0.5 / 65535 * np.sqrt(m)), (residuals, eps)
+
+
+def test_kernel_without_backbone_runs_ffdnet_pnp_consistent_and_above_bicubic_on_a_smooth_region(tmp_path, capsys):
+    """``mcnet-sr --kernel k.npy`` without --backbone runs FFDNetPnP and its untrained layer (shipped weights alone):
+    every channel of its output is in the uint8 ball for the kernel (scipy's circular blur, upper-left decimation),
+    and on a smooth region it is at or above bicubic upsampling and above SRCNN's bicubic layer told the kernel, which
+    paints texture there."""
+    from scipy.ndimage import convolve
+
+    from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, BlurDownsample, imresize
+    name, size, top_left = SMOOTH
+    hr = sample_photo(name, size, top_left)
+    y, x = np.mgrid[-3:4, -3:4]
+    k = np.exp(-x**2 / (2 * 0.8**2) - y**2 / (2 * 1.3**2)) * np.linspace(1, 2, 7)  # anisotropic, skewed
+    k /= k.sum()
+    np.save(tmp_path / 'k.npy', k)
+
+    def degrade(img):
+        return np.stack([convolve(img[:, :, c], k, mode='wrap')[::2, ::2] for c in range(3)], axis=2)
+
+    lr8 = np.rint(degrade(hr / 255.0) * 255).astype(np.uint8)
+    img = _write_uint8_as_16bit(tmp_path / 'in' / 'sky.png', lr8)
+    psnr = {}
+    for label, extra in (('default', []), ('srcnn', ['--backbone', 'srcnn'])):
+        out = tmp_path / label
+        capsys.readouterr()
+        assert cli(img, '-o', out, '--scale', 2, '--kernel', tmp_path / 'k.npy', '--device', 'cpu', *extra) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        sr = _read_16bit(out / 'sky_x2.png')
+        psnr[label] = _psnr_rgb(sr, hr, 2)
+        if label == 'default':
+            assert first == UNTRAINED_LINE + 'kernel k.npy'
+            row = read_summary(out)[str(img)]
+            assert row['status'] == 'ok'
+            residuals = np.sqrt(((degrade(sr) - lr8 / 255.0)**2).sum(axis=(0, 1)))  # R, G, B
+            _check_in_ball(residuals, 24 * 24, row)
+    lr = torch.from_numpy(lr8 / 255.0).permute(2, 0, 1)[None]
+    psnr['bicubic'] = _psnr_rgb(hwc(imresize(lr, 2)), hr, 2)
+    assert psnr['default'] >= psnr['bicubic'] and psnr['default'] > psnr['srcnn'] + 0.5, psnr
+    # the layer's anchor is FFDNetPnP told the kernel, not the layer's own operator (MATLAB bicubic)
+    model = get_model(2, torch.device('cpu'), backbone='ffdnet_pnp', cache=MODELS, eps_rms=QUANTIZATION_EPS_RMS,
+                      family='kernels')
+    with torch.no_grad(), model.settings(solver={'forward': {'tol': 1e-3, 'max_iter': 100}}):
+        w = super_resolve(model, lr, operator=BlurDownsample(2, k))['w']
+        told, untold = (model.backbone_estimate(lr.float(), operator=op)[0] for op in (BlurDownsample(2, k), None))
+    assert torch.equal(w, told) and (w - untold).abs().max() > 1e-2
+
+
+def test_degradation_without_backbone_runs_ffdnet_pnp_consistent_with_pillow(tmp_path, capsys):
+    """``mcnet-sr --degradation pil-bicubic`` without --backbone runs the same untrained layer, told Pillow's bicubic:
+    Pillow's own resize of each channel of the output is within the uint8 ball of the LR it made. ``--backbone
+    ffdnet_pnp`` without --kernel or --degradation runs it with MATLAB bicubic, consistent with MATLAB's imresize (the
+    package's)."""
+    from PIL import Image
+
+    from mcnet_basicsr.ops import imresize
+
+    def pil_resize(img, size):  # one float32 "F" image per channel
+        return np.stack([np.asarray(Image.fromarray(np.ascontiguousarray(img[:, :, c], dtype=np.float32)).resize(
+            size, Image.Resampling.BICUBIC)) for c in range(3)], axis=2).astype(np.float64)
+
+    name, size, top_left = SMOOTH
+    hr = sample_photo(name, size, top_left)
+    lr8 = np.rint(np.clip(pil_resize(hr / 255.0, (24, 24)), 0, 1) * 255).astype(np.uint8)
+    img = _write_uint8_as_16bit(tmp_path / 'in' / 'sky.png', lr8)
+    out = tmp_path / 'pil'
+    capsys.readouterr()
+    assert cli(img, '-o', out, '--scale', 2, '--degradation', 'pil-bicubic', '--device', 'cpu') == 0
+    assert capsys.readouterr().out.splitlines()[0] == UNTRAINED_LINE + 'pil-bicubic'
+    sr = _read_16bit(out / 'sky_x2.png')
+    residuals = np.sqrt(((pil_resize(sr, (24, 24)) - lr8 / 255.0)**2).sum(axis=(0, 1)))
+    _check_in_ball(residuals, 24 * 24, read_summary(out)[str(img)])
+
+    # on MATLAB-bicubic LR, named as the backbone: the same layer told MATLAB bicubic
+    lr8 = np.rint(np.clip(hwc(imresize(torch.from_numpy(hr / 255.0).permute(2, 0, 1)[None], 0.5)), 0, 1) * 255)
+    img = _write_uint8_as_16bit(tmp_path / 'in2' / 'sky.png', lr8.astype(np.uint8))
+    out = tmp_path / 'matlab'
+    assert cli(img, '-o', out, '--scale', 2, '--backbone', 'ffdnet_pnp', '--device', 'cpu') == 0
+    assert capsys.readouterr().out.splitlines()[0] == UNTRAINED_LINE + 'matlab-bicubic'
+    sr = torch.from_numpy(_read_16bit(out / 'sky_x2.png').copy()).permute(2, 0, 1)[None]
+    residuals = np.sqrt(((hwc(imresize(sr, 0.5)) - lr8 / 255.0)**2).sum(axis=(0, 1)))
+    _check_in_ball(residuals, 24 * 24, read_summary(out)[str(img)])

@@ -4,6 +4,7 @@ import json
 import os
 
 import pytest
+import torch
 import yaml
 
 from conftest import REPO_ROOT, resizer_table_cells, same_operator_resizers
@@ -12,9 +13,10 @@ from mcnet_basicsr.ops import DEGRADATIONS, QUANTIZATION_EPS_RMS
 from mcnet_basicsr.zoo import cards, pretrained
 from mcnet_basicsr.zoo.pretrained import MODELS, model_card
 
-CARDS = [(b, s, c) for b, entry in MODELS['backbones'].items() for s, c in entry['models'].items()]
+CARDS = [(b, s, c) for b, entry in MODELS['backbones'].items() for s, c in entry.get('models', {}).items()]
 KERNEL_CARDS = [(b, s) for b, entry in MODELS['backbones'].items() for s in entry.get('kernels', {})]
 RESIZER_CARDS = [(b, s) for b, entry in MODELS['backbones'].items() for s in entry.get('resizers', {})]
+UNTRAINED = [b for b, entry in MODELS['backbones'].items() if 'untrained_layer' in entry]  # layers given as settings
 KEYS = {'backbone', 'layer', 'start', 'tol', 'extrapolation', 'set5', 'set14'}
 # the tables' rows of each card's scores: (record backbone, record backbone_weights) by the card's scored_on
 RECORD_ROW = {'official': lambda b: (b, 'official'), 'shipped': lambda b: (b.replace('_compact', ''), 'ours-compact')}
@@ -25,8 +27,12 @@ def test_cards_are_complete_and_name_shipped_files():
     assert MODELS['families'] == cards.MODELS['families'] and MODELS['families']['bicubic'] == 'models'
     assert isinstance(MODELS['max_iter'], int) and MODELS['max_iter'] >= 1
     for b, entry in MODELS['backbones'].items():
-        assert set(entry) - {'kernels', 'resizers'} == {'name', 'eps_rms', 'scored_on', 'models'}, b
+        # a backbone ships layer files per scale, or one untrained layer (settings) and its backbone file
+        own = {'backbone', 'untrained_layer'} if b in UNTRAINED else {'models'}
+        assert set(entry) - {'kernels', 'resizers'} == {'name', 'eps_rms', 'scored_on'} | own, b
         assert b in BACKBONE_PRESETS and entry['eps_rms'] in pretrained.EPS_RMS and entry['scored_on'] in RECORD_ROW
+        if b in UNTRAINED:
+            assert os.path.isfile(pretrained.weight_path(entry['backbone'])), b
     for b, s, card in CARDS:
         assert set(card) == KEYS and s in pretrained.SCALES, (b, s)
         # YAML 1.1 reads 1e-4 (no dot) as a string
@@ -36,27 +42,106 @@ def test_cards_are_complete_and_name_shipped_files():
             if name not in (None, 'official'):
                 assert os.path.isfile(pretrained.weight_path(name)), name
         assert card['layer'] is not None
-    for s, b in MODELS['default'].items():
-        assert model_card(b, s) is not None and model_card(b, s)['backbone'] != 'official'  # runs without a path
+
+
+def test_defaults_per_family_of_lr_run_on_shipped_weights_alone():
+    """The cards' ``default``: SRCNN for MATLAB-bicubic LR, FFDNetPnP and its untrained layer for LR made by a blur
+    kernel or another resizer, at every scale; each is a shipped model of that family that runs without any weights
+    fetched, and ``layer_family`` picks that family for such LR."""
+    assert MODELS['default'] == {'bicubic': {2: 'srcnn', 3: 'srcnn', 4: 'srcnn'},
+                                 'kernels': {2: 'ffdnet_pnp', 3: 'ffdnet_pnp', 4: 'ffdnet_pnp'},
+                                 'resizers': {2: 'ffdnet_pnp', 3: 'ffdnet_pnp', 4: 'ffdnet_pnp'}}
+    lr = {'bicubic': {}, 'kernels': {'kernel': 'k.npy'}, 'resizers': {'degradation': 'pil-bicubic'}}
+    for family, per_scale in MODELS['default'].items():
+        assert set(per_scale) == set(pretrained.SCALES), family
+        for s, b in per_scale.items():
+            assert cards.default_backbone(s, **lr[family]) == b and cards.lr_family(**lr[family]) == family
+            assert model_card(b, s, family) is not None and not pretrained._official_weights(b), (family, s)
+            assert cards.layer_family(b, s, **lr[family]) == family
+            pretrained.check_available(b, s, family=family)  # no path needed
+    assert cards.default_backbone(2, degradation='matlab-bicubic') == 'srcnn'  # the bicubic family, named
 
 
 @pytest.mark.parametrize('backbone, scale', KERNEL_CARDS)
 def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, scale):
     """Each layer trained on blur kernels ships, and its card's CBSD68 score is the noise-free row mean of its Table K
-    record (docs/degradations.md)."""
+    record (docs/degradations.md): the row and option file ``mcnet_<backbone>_kernels``, or for an untrained layer
+    ``mcnet_<backbone>`` (``options/test_mcnet_<backbone>_x<s>.yml``, no layer file), whose card's score is ``~``
+    exactly while no record holds its row."""
     card = model_card(backbone, scale, 'kernels')
-    assert set(card) - {'degradations'} == {'layer', 'tol', 'extrapolation', 'cbsd68'}
+    untrained = backbone in UNTRAINED
+    assert set(card) - {'degradations'} == {'tol', 'extrapolation', 'cbsd68'} | (set() if untrained else {'layer'})
     assert isinstance(card['tol'], float) and 0 < card['tol'] < 1 and isinstance(card['extrapolation'], float)
     assert cards.model_card(backbone, scale, 'kernels') == card
     records = [json.loads(p.read_text()) for p in (REPO_ROOT / 'benchmarks' / 'records').glob('kernel_table_*.json')]
-    row = f'mcnet_{backbone}_kernels|x{scale}|'
+    name = f'mcnet_{backbone}' if untrained else f'mcnet_{backbone}_kernels'
+    row = f'{name}|x{scale}|'
     means = [sum(c['psnr'] for k, c in r['cells'].items() if k.startswith(row)) / 12 for r in records
              if sum(k.startswith(row) for k in r['cells']) == 12]
-    assert card['cbsd68'] in [round(m, 2) for m in means], (backbone, scale, means)
-    # the layer file is the one the shipped test option loads
-    option = yaml.safe_load((REPO_ROOT / 'options' / f'test_mcnet_{backbone}_kernels_x{scale}.yml').read_text())
-    assert os.path.basename(option['path']['pretrain_network_g']) == card['layer']
-    assert os.path.isfile(pretrained.weight_path(card['layer']))
+    if card['cbsd68'] is None:  # not measured: once a record holds the row, the card must give its mean
+        assert means == [], (backbone, scale, [round(m, 2) for m in means])
+    else:
+        assert card['cbsd68'] in [round(m, 2) for m in means], (backbone, scale, means)
+    # the layer file is the one the shipped test option loads (none for an untrained layer)
+    option = yaml.safe_load((REPO_ROOT / 'options' / f'test_{name}_x{scale}.yml').read_text())
+    if untrained:
+        assert option['path']['pretrain_network_g'] is None
+    else:
+        assert os.path.basename(option['path']['pretrain_network_g']) == card['layer']
+        assert os.path.isfile(pretrained.weight_path(card['layer']))
+
+
+@pytest.mark.parametrize('backbone', UNTRAINED)
+def test_untrained_layers_are_their_option_files(backbone):
+    """An untrained layer's card and ``options/test_mcnet_<backbone>_x<s>.yml`` say the same: backbone arch and file,
+    channels, rho, beta, prior (arch, level, file), radius and tolerance; and ``build_pretrained_mcnet`` builds the
+    network that option file builds, weights and beta included, at every scale of its kernel and resizer cards."""
+    from mcnet_basicsr.archs.backbone_presets_arch import backbone_type
+    from mcnet_basicsr.utils.registration import build_network
+    entry, layer = MODELS['backbones'][backbone], cards.untrained_layer(backbone)
+    scales = set(entry['kernels']) | set(entry['resizers'])
+    assert scales == set(pretrained.SCALES) and layer['beta']['learn'] is False
+    for scale in sorted(scales):
+        opt = yaml.safe_load((REPO_ROOT / 'options' / f'test_mcnet_{backbone}_x{scale}.yml').read_text())
+        net_opt = opt['network_g']
+        assert opt['scale'] == net_opt['operator']['scale'] == scale
+        assert net_opt['backbone']['net']['type'] == backbone_type(backbone)
+        assert os.path.basename(net_opt['backbone']['path']) == entry['backbone']
+        for key in ('channels', 'rho', 'beta'):
+            assert net_opt[key] == layer[key], (scale, key)
+        assert dict(net_opt['denoiser'], path=os.path.basename(net_opt['denoiser']['path'])) == layer['denoiser']
+        assert net_opt['eps_rms'] == pytest.approx(pretrained.EPS_RMS[entry['eps_rms']], rel=1e-4)
+        for family in ('kernels', 'resizers'):
+            assert net_opt['settings']['solver']['forward']['tol'] == model_card(backbone, scale, family)['tol']
+        # the network: the option file's (paths from the repository root) and the card's
+        for part in (net_opt['backbone'], net_opt['denoiser']):
+            part['path'] = str(REPO_ROOT / part['path'])
+        from_option = build_network(net_opt)
+        from_card = pretrained.build_pretrained_mcnet(scale, backbone=backbone, family='kernels',
+                                                      eps_rms=pretrained.default_eps_rms(backbone))
+        assert (from_card.channels, from_card.rho, from_card.scale) == (from_option.channels, from_option.rho, scale)
+        assert from_card.eps_rms == pytest.approx(from_option.eps_rms, rel=1e-4)
+        assert not from_card.log_beta.requires_grad and float(from_card.beta) == pytest.approx(3.0)
+        mine, theirs = from_card.state_dict(), from_option.state_dict()
+        assert set(mine) == set(theirs)
+        # all but the record of the operator it was built with (the option file's: no blur, the card's: bicubic)
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine if k != '_extra_state'), scale
+        assert from_card.trained_for() == from_option.trained_for() == f'{backbone_type(backbone)} x{scale}'
+        backbones = from_card.backbone.state_dict(), from_option.backbone.state_dict()
+        assert all(torch.equal(backbones[0][k], backbones[1][k]) for k in backbones[1])
+
+
+@pytest.mark.parametrize('backbone', UNTRAINED)
+def test_an_untrained_layer_serves_every_operator(backbone):
+    """An untrained layer is the same for every operator: ``layer_family`` gives 'kernels' for any kernel and
+    'resizers' for every resizer (MATLAB bicubic, the default, included), never 'bicubic', which is refused."""
+    for scale in pretrained.SCALES:
+        assert cards.layer_family(backbone, scale, kernel='k.npy') == 'kernels'
+        for resizer in (None, *DEGRADATIONS):
+            assert cards.layer_family(backbone, scale, degradation=resizer) == 'resizers', resizer
+    with pytest.raises(ValueError, match="serves any operator.*family 'kernels' or 'resizers'"):
+        pretrained.check_available(backbone, 2)
+    assert pretrained.describe_layer(backbone, 2, 'kernels') == 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)'
 
 
 def _cell_key(cells, row, scale, resizer, dataset, same):
@@ -77,7 +162,7 @@ def _cell(cells, row, scale, resizer, dataset, same):
     return cells[key]
 
 
-@pytest.mark.parametrize('backbone, scale', RESIZER_CARDS)
+@pytest.mark.parametrize('backbone, scale', [(b, s) for b, s in RESIZER_CARDS if b not in UNTRAINED])
 def test_resizer_layers_are_shipped_and_load_as_their_test_options_do(backbone, scale):
     card = model_card(backbone, scale, 'resizers')
     assert {'layer', 'tol', 'extrapolation'} <= set(card) <= {'layer', 'tol', 'extrapolation', 'degradations'}
@@ -89,7 +174,7 @@ def test_resizer_layers_are_shipped_and_load_as_their_test_options_do(backbone, 
 
 
 SETS = ('Set5', 'Set14', 'CBSD68')
-ROUTED = sorted({(b, s) for b, s in RESIZER_CARDS + KERNEL_CARDS})
+ROUTED = sorted({(b, s) for b, s in RESIZER_CARDS + KERNEL_CARDS if b not in UNTRAINED})  # trained layers: routed
 
 
 @pytest.mark.parametrize('backbone, scale', ROUTED)
@@ -142,7 +227,7 @@ def test_scores_are_the_recorded_tables(backbone, scale):
 
 def test_unshipped_pairs_are_refused_with_the_shipped_scales():
     for b, entry in MODELS['backbones'].items():
-        for s in set(pretrained.SCALES) - set(entry['models']):
+        for s in set(pretrained.SCALES) - set(entry.get('models', pretrained.SCALES)):
             assert model_card(b, s) is None and cards.default_tol(b, s) is None
             with pytest.raises(ValueError, match=f'No MCNet layer ships for {b} at x{s}.*layers exist for x3 and x4'):
                 pretrained.check_available(b, s, backbone_path='weights.pth')

@@ -59,6 +59,22 @@ def test_cli_leaves_basicsr_out_then_registers_when_basicsr_comes(tmp_path):
 
 
 @pytest.mark.slow  # a fresh interpreter
+def test_cli_default_for_kernel_lr_leaves_basicsr_out(tmp_path):
+    """The default run for blur-kernel LR (FFDNetPnP and its untrained layer, built from the card's settings) imports
+    none of HEAVY either."""
+    import numpy as np
+    photo = _tiny_png(tmp_path)
+    np.save(tmp_path / 'k.npy', np.full((3, 3), 1 / 9))
+    out = _python(
+        "import sys\nfrom mcnet_basicsr.cli import main as cli_main\n"
+        f"status = cli_main.main([{str(photo)!r}, '-o', {str(tmp_path / 'out')!r}, '--scale', '2', "
+        f"'--device', 'cpu', '--kernel', {str(tmp_path / 'k.npy')!r}, '--tol', '1e-3'])\n"
+        f"print(status, sorted(m for m in sys.modules if m.startswith({HEAVY!r})))", tmp_path)
+    assert out == '0 []'
+    assert (tmp_path / 'out' / 'tiny_x2.png').is_file()
+
+
+@pytest.mark.slow  # a fresh interpreter
 def test_register_repairs_a_deferred_import():
     out = _python("import mcnet_basicsr, sys\n"
                   "from mcnet_basicsr import basicsr_import\n"

@@ -83,7 +83,7 @@ from ..utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_
 from ..utils.progress import solver_progress
 from ..utils.tiling import global_ops, needs_tiling, tiles
 from ..zoo.pretrained import (TRAINED_FOR, backbone_name, build_pretrained_mcnet, check_available, default_eps_rms,
-                              model_card)
+                              describe_layer, untrained_layer)
 from .measurement import resolve_measurement
 from .options import UsageError, one_line, parse_command, print_error
 
@@ -224,10 +224,11 @@ def _start_cuda_in_background(device):
 
 
 def get_model(scale, device, backbone_path=None, weights_path=None, backbone='srcnn', cache=None, eps_rms=None,
-              channels='y', family='bicubic'):
+              channels=None, family='bicubic'):
     """The shipped MCNet at ``scale`` (eval mode, on ``device``), optionally with other weights, with the
-    consistency radius ``eps_rms`` (None: exact) and ``channels`` (MCNetArch's options); ``family`` 'kernels' /
-    'resizers': the backbone's layer trained on blur kernels / on resizers.
+    consistency radius ``eps_rms`` (None: exact) and ``channels`` (MCNetArch's options; None: 'y', or an untrained
+    layer's own); ``family`` 'kernels' / 'resizers': the backbone's layer trained on blur kernels / on resizers (an
+    untrained layer's cards).
 
     ``cache``: a dict the caller keeps to reuse models across calls in one process (the first solve of a model
     estimates its spectral norms, seconds); None builds a new model.
@@ -265,10 +266,10 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
         load_layer_weights(model, weights_path, scale, *layer_file)
     model = model.eval()
     with torch.no_grad():
-        # exact, from the DFT, on the CPU (the slow part; CUDA starts meanwhile); in eval mode it is kept until the
-        # weights or the stored norm change (a move to the GPU keeps it), so a result does not depend on what the
-        # model ran before
-        model.denoiser.update_spectral_norm()
+        # a DnCNN prior's spectral norm: exact, from the DFT, on the CPU (the slow part; CUDA starts meanwhile); in
+        # eval mode it is kept until the weights or the stored norm change (a move to the GPU keeps it), so a result
+        # does not depend on what the model ran before. Other priors keep no such estimate.
+        model.refresh_prior()
     model = model.to(device)
     if cache is not None:
         cache[key] = model
@@ -285,10 +286,12 @@ def resolve_device(name):
 
 # ---------------------------------------------------------------------------------------- inference
 def model_line(args, measurement):
-    """The run's first console line: the model, the layer file it runs (and what it was trained for) and ``A``."""
+    """The run's first console line: the model, the layer it runs (its file and what it was trained for, or an
+    untrained layer's prior and beta) and ``A``."""
     if args.weights is None:
-        card = model_card(args.backbone, args.scale, measurement.family)
-        layer = f"layer {card['layer']} (trained for {TRAINED_FOR[measurement.family]})"
+        layer = f'layer {describe_layer(args.backbone, args.scale, measurement.family)}'
+        if untrained_layer(args.backbone) is None:  # an untrained layer says so itself
+            layer += f' (trained for {TRAINED_FOR[measurement.family]})'
     else:
         layer = f'layer {args.weights}'
     return f'MCNet + {backbone_name(args.backbone)} x{args.scale}: {layer}, A = {measurement.name}'
@@ -322,7 +325,8 @@ def super_resolve(model, colour, tile=None, operator=None, noise_sigma=None):
 
     # the arch's own pieces, as its forward runs them (tiles included)
     with torch.no_grad(), model.settings(tile=tile):
-        w_y, cbcr = model.backbone_estimate(lr)
+        # a non-blind backbone (FFDNetPnP) is told what made the LR, as the layer is
+        w_y, cbcr = model.backbone_estimate(lr, operator=operator, noise_sigma=noise_sigma)
         # on Y (b = Y of the float64 LR) or per channel, as the layer's channels say; float64 out from float64 LR
         w_, b, op, sigma = model.measured_problem(w_y, cbcr, colour.double(), operator, noise_sigma)
         x, info = model.solve(w_.float(), b, op, sigma)
@@ -501,6 +505,9 @@ def prepare_model(args, measurement, device, models=None):
         # a tile would see its own mean, not the image's: the tiled output would not be the network's
         raise UsageError(f'--tile is not exact for the {args.backbone} backbone: it pools over the whole image '
                          f'({global_ops(model.backbone)[0]}, ...); run without --tile')
+    if args.tile is not None and model.frozen.non_blind:
+        raise UsageError(f'--tile: the {args.backbone} backbone is told the operator of the whole image and runs '
+                         'untiled; run without --tile')
     if device.type == 'cpu':
         # oneDNN's channels-last convolutions run the denoiser, i.e. every iteration, faster on the CPU (float32
         # throughout; the result moves by float32 rounding only). On the GPU float32 channels-last convolutions were

@@ -11,10 +11,11 @@ import os.path as osp
 import sys
 
 from ..package_data import read_degradations
-from ..zoo.cards import BACKBONES, MODELS, SCALES, default_extrapolation, default_tol, layer_family
+from ..zoo.cards import (BACKBONES, BICUBIC, MODELS, SCALES, default_backbone, default_extrapolation, default_tol,
+                         layer_family, untrained_layer)
 
 MIN_TILE = 8  # smallest --tile (LR pixels)
-DEFAULT_DEGRADATION = 'matlab-bicubic'
+DEFAULT_DEGRADATION = BICUBIC
 
 
 # the names of mcnet_basicsr.ops.DEGRADATIONS, from the same file
@@ -30,8 +31,9 @@ FAMILY_LR = {'bicubic': 'MATLAB-bicubic LR', 'kernels': 'blur-kernel LR (--kerne
 
 
 def shipped_layers_text():
-    """Which layers ship, per kind of LR, backbone and scale, and how consistent each backbone's layers keep the
-    output: sentences read from the model cards (``--help``, the README and docs/Inference.md show them)."""
+    """Which layers ship, per kind of LR, backbone and scale, which runs without ``--backbone``, and how consistent
+    each backbone's layers keep the output: sentences read from the model cards (``--help``, the README and
+    docs/Inference.md show them)."""
     sentences = []
     for family, section in MODELS['families'].items():
         by_scales = {}
@@ -42,6 +44,14 @@ def shipped_layers_text():
         groups = '; '.join(f'{", ".join(names)} {", ".join(f"x{s}" for s in scales)}'
                            for scales, names in by_scales.items())
         sentences.append(f'For {FAMILY_LR[family]}: {groups}.')
+    by_default = {}
+    for family, per_scale in MODELS['default'].items():
+        for scale, b in per_scale.items():
+            by_default.setdefault(b, {}).setdefault(family, []).append(scale)
+    defaults = '; '.join(f'{b} for ' + ' and '.join(
+        FAMILY_LR[f] + ('' if scales == list(SCALES) else f' at {", ".join(f"x{s}" for s in scales)}')
+        for f, scales in families.items()) for b, families in by_default.items())
+    sentences.append(f'Without --backbone: {defaults}.')
     exact = [b for b in BACKBONES if MODELS['backbones'][b]['eps_rms'] is None]
     ball = [b for b in BACKBONES if MODELS['backbones'][b]['eps_rms'] is not None]
     sentences.append(f'Consistent to float precision (eps = 0): the layers of {", ".join(exact)}; within the uint8 '
@@ -79,7 +89,7 @@ def build_parser():
     model = p.add_argument_group('model')
     model.add_argument('--scale', required=True, type=int, metavar='{2,3,4}', help='upscaling factor')
     model.add_argument('--backbone', default=None, choices=BACKBONES,
-                       help='network the layer corrects (default srcnn)')
+                       help='network the layer corrects (default: below)')
     model.add_argument('--backbone-weights', metavar='PATH', help='backbone checkpoint (default: the shipped one)')
     model.add_argument('--weights', metavar='PATH', help='MCNet layer checkpoint (default: the shipped one)')
     deg = p.add_argument_group('degradation (what made the input)')
@@ -118,8 +128,8 @@ def parse_args(argv):
         raise UsageError(f'unsupported scale {args.scale}; models exist for scales {", ".join(map(str, SCALES))}')
     if args.iters < 1:
         raise UsageError(f'--iters must be >= 1, got {args.iters}')
-    if args.backbone is None:
-        args.backbone = MODELS['default'][args.scale]
+    if args.backbone is None:  # the cards' default for the family of the LR
+        args.backbone = default_backbone(args.scale, args.degradation, args.kernel)
     # with --kernel or --degradation, the backbone's layer trained for such LR where one ships for it (--weights
     # may replace its file)
     args.layer_family = layer_family(args.backbone, args.scale, args.degradation, args.kernel)
@@ -147,8 +157,12 @@ def parse_args(argv):
         raise UsageError(f'{args.kernel}: --kernel file not found')
     if args.degradation is None and args.kernel is None:
         args.degradation = DEFAULT_DEGRADATION
+    layer_channels = (untrained_layer(args.backbone) or {}).get('channels')  # a layer that runs on these only
     if args.channels is None:
-        args.channels = 'y' if args.degradation == DEFAULT_DEGRADATION else 'rgb'
+        args.channels = layer_channels or ('y' if args.degradation == DEFAULT_DEGRADATION else 'rgb')
+    if layer_channels is not None and args.channels != layer_channels:
+        raise UsageError(f'--channels {args.channels}: the {args.backbone} layer runs with --channels '
+                         f'{layer_channels} only (its prior denoises R, G and B together); leave --channels out')
     if not (args.noise >= 0 and math.isfinite(args.noise)):
         raise UsageError(f'--noise must be a finite number >= 0 (std on 0..255), got {args.noise}')
     if args.threads is not None and args.threads < 1:

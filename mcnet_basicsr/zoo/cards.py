@@ -3,8 +3,29 @@
 from ..package_data import read_model_cards
 
 MODELS = read_model_cards()  # the model cards (see models.yml for the keys)
-SCALES = tuple(sorted(MODELS['default']))
+SCALES = tuple(sorted(MODELS['default']['bicubic']))
 BACKBONES = tuple(MODELS['backbones'])
+BICUBIC = 'matlab-bicubic'  # the resizer of the bicubic family: the LR of the tables
+
+
+def lr_family(degradation=None, kernel=None):
+    """The family of LR made by ``degradation`` (a resizer name; None: MATLAB bicubic) or a blur ``kernel``: 'kernels',
+    'resizers' or 'bicubic' (the keys of the cards' ``default`` and ``families``)."""
+    if kernel is not None:
+        return 'kernels'
+    return 'bicubic' if degradation in (None, BICUBIC) else 'resizers'
+
+
+def default_backbone(scale, degradation=None, kernel=None):
+    """The model ``mcnet-sr`` runs without ``--backbone`` for LR made by ``degradation`` or ``kernel`` (as
+    :func:`lr_family` reads them) at ``scale``: the cards' ``default`` of that family."""
+    return MODELS['default'][lr_family(degradation, kernel)][scale]
+
+
+def untrained_layer(backbone):
+    """The MCNetArch options of ``backbone``'s layer that is not trained (its card's ``untrained_layer``: a dict, file
+    names as the card gives them), or None where its layers are files."""
+    return MODELS['backbones'][backbone].get('untrained_layer')
 
 
 def model_card(backbone, scale, family='bicubic'):
@@ -12,6 +33,17 @@ def model_card(backbone, scale, family='bicubic'):
     ``family`` 'kernels' / 'resizers': of its layer trained for LR made by blur kernels and noise / by resizers
     (the cards' sections ``kernels`` / ``resizers``)."""
     return MODELS['backbones'].get(backbone, {}).get(MODELS['families'][family], {}).get(scale)
+
+
+def describe_layer(backbone, scale, family='bicubic', quote=str):
+    """What the layer of ``family`` that ships for ``backbone`` x``scale`` is, in words: its file, or for an untrained
+    layer its prior and beta, e.g. 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)' (file names through
+    ``quote``)."""
+    layer = untrained_layer(backbone)
+    if layer is None:
+        return quote(model_card(backbone, scale, family)['layer'])
+    denoiser = layer['denoiser']
+    return f"{denoiser['arch']} prior {quote(denoiser['path'])}, beta {layer['beta']['init']:g} (untrained)"
 
 
 def backbone_name(backbone):
@@ -23,7 +55,10 @@ def layer_family(backbone, scale, degradation=None, kernel=None):
     """The family of the layer mcnet-sr runs for LR made by ``degradation`` (a resizer name) or a blur ``kernel``:
     'kernels' with a kernel where such a layer ships; for a resizer, the family whose card lists it in
     ``degradations`` (the resizers on which that layer is the best shipped one: docs/degradations.md, Table R), else
-    'bicubic'."""
+    'bicubic'. An untrained layer serves any operator: 'kernels' with a kernel, else 'resizers' (MATLAB bicubic
+    included)."""
+    if untrained_layer(backbone) is not None:
+        return 'kernels' if kernel is not None else 'resizers'
     if kernel is not None and model_card(backbone, scale, 'kernels') is not None:
         return 'kernels'
     for family in ('resizers', 'kernels') if degradation is not None else ():

@@ -17,11 +17,16 @@ Set5/Set14 scores of each.
   and noise, R, G and B each consistent (``family='kernels'``; ``docs/degradations.md``);
 * ``mcnet_imdn_resizers_x4.pth``, ``mcnet_pan_resizers_x{2,3,4}.pth``: layers on them trained for LR made by a mix
   of library resizers (``family='resizers'``). The cards' ``degradations`` say which layer mcnet-sr runs for which
-  resizer (for OpenCV's: the layers trained on blur kernels).
+  resizer (for OpenCV's: the layers trained on blur kernels);
+* ``ffdnet_rgb.pth``: our colour FFDNet, both the backbone ``ffdnet_pnp`` (FFDNetPnP: plug-and-play projections told
+  the operator) and the prior of its layer, which is not trained: its settings are its card's ``untrained_layer``
+  (``family='kernels'`` or ``'resizers'``, for any operator; ``mcnet-sr``'s default for LR made by a blur kernel or
+  a resizer).
 
 ``weights/README.md`` records the option file, command, iterations and Set5 score of each file.
 """
 import os.path as osp
+from copy import deepcopy
 
 from ..archs.backbone_presets_arch import backbone_options
 from ..archs.mcnet_arch import MCNetArch
@@ -29,7 +34,8 @@ from ..ops import QUANTIZATION_EPS_RMS
 from ..utils.checkpoint import load_network, load_state_dict
 from ..utils.paths import SHIPPED_WEIGHTS_DIR as WEIGHTS_DIR
 from ..utils.registration import build_network
-from .cards import BACKBONES, MODELS, SCALES, backbone_name, model_card  # noqa: F401  (backbone_name: also theirs)
+from .cards import (BACKBONES, MODELS, SCALES, backbone_name, describe_layer, model_card,  # noqa: F401  (also theirs)
+                    untrained_layer)
 
 # the radius names a card may give (eps_rms); None is exact consistency
 EPS_RMS = {None: None, 'quantization': QUANTIZATION_EPS_RMS}
@@ -61,22 +67,39 @@ def build_pretrained_srcnn(scale, device='cpu'):
 
 
 def build_pretrained_backbone(name, scale, device='cpu'):
-    """One of our shipped backbones alone, as an RGB LR -> RGB HR network: 'srcnn', 'rcan_compact', 'rdn_compact'."""
+    """One of our shipped backbones alone, as an RGB LR -> RGB HR network: 'srcnn', 'rcan_compact', 'rdn_compact', or
+    'ffdnet_pnp' (told the operator and the noise per call, ``net(lr, operator, sigma)``)."""
     _check_scale(scale)
     if name in BACKBONES and _official_weights(name):
         raise ValueError(f'{name}: its official weights are third-party and not shipped; build the arch from '
                          f'backbone_options({name!r}, {scale}) and load them (scripts/fetch_assets.py {name}).')
     net = build_network(backbone_options(name, scale))
     card = model_card(name, scale)
-    if card is None:
+    if card is None and MODELS['backbones'].get(name, {}).get('backbone') is None:
         raise ValueError(f'No {name} backbone ships for x{scale}; shipped backbones: {", ".join(BACKBONES)}.')
-    load_network(net, weight_path(card['backbone']))
+    load_network(net, weight_path(_backbone_file(name, card)))
     return net.eval().to(device)
 
 
 def _official_weights(backbone):
     """Whether ``backbone``'s layers run on its authors' third-party weights (their cards' ``backbone: official``)."""
-    return any(card['backbone'] == 'official' for card in MODELS['backbones'][backbone]['models'].values())
+    return any(card['backbone'] == 'official' for card in MODELS['backbones'][backbone].get('models', {}).values())
+
+
+def _backbone_file(backbone, card):
+    """The shipped backbone checkpoint of a card: the backbone's own where one serves every scale, else the card's."""
+    return MODELS['backbones'][backbone].get('backbone') or card['backbone']
+
+
+def untrained_layer_options(backbone):
+    """MCNetArch's options of ``backbone``'s untrained layer (its card's ``untrained_layer``), with the paths of the
+    shipped files it names; None where its layers are files."""
+    layer = untrained_layer(backbone)
+    if layer is None:
+        return None
+    layer = deepcopy(layer)
+    layer['denoiser']['path'] = weight_path(layer['denoiser']['path'])
+    return layer
 
 
 # what each family of layers was trained for (as errors and mcnet-sr's first line name it), and the mcnet-sr option
@@ -93,6 +116,9 @@ def check_available(backbone, scale, backbone_path=None, family='bicubic'):
     if backbone not in BACKBONES:
         raise ValueError(f'Unknown backbone {backbone!r}; shipped ones: {", ".join(BACKBONES)}.')
     entry = MODELS['backbones'][backbone]
+    if family == 'bicubic' and untrained_layer(backbone) is not None:
+        raise ValueError(f"{backbone}'s layer is not trained for one kind of LR: it serves any operator, given per "
+                         "call (MATLAB bicubic included); build it with family 'kernels' or 'resizers'.")
     if family != 'bicubic' and model_card(backbone, scale, family) is None:
         shipped = ', '.join(f'{b} x{s}' for b, e in MODELS['backbones'].items() for s in e.get(family, {}))
         raise ValueError(f'No MCNet layer trained for {TRAINED_FOR[family]} ships for {backbone} at x{scale}; '
@@ -109,7 +135,7 @@ def check_available(backbone, scale, backbone_path=None, family='bicubic'):
 
 
 def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, eps_rms=None, solver=None,
-                           backbone='srcnn', start=True, channels='y', family='bicubic', layer=True, beta_noise=False):
+                           backbone='srcnn', start=True, channels=None, family='bicubic', layer=True, beta_noise=False):
     """MCNet (shipped layer) on a shipped backbone at ``scale``.
 
     Args:
@@ -118,35 +144,45 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         eps, eps_rms (float | None): Consistency radius (default 0: exact). The compact backbones' layers were
             trained with ``eps_rms = default_eps_rms(backbone)``; pass it to use them as trained.
         solver (dict | None): Forward solver settings over the 'fast' preset (``mcnet_basicsr.deq.PRESETS``).
-        backbone (str): 'srcnn' (our SRCNN on the upsampled Y), 'rcan_compact' or 'rdn_compact' (RGB), or
-            'imdn' / 'pan' (the official weights, given as ``backbone_path``; layers for x3 and x4).
+        backbone (str): 'srcnn' (our SRCNN on the upsampled Y), 'rcan_compact' or 'rdn_compact' (RGB),
+            'imdn' / 'pan' (the official weights, given as ``backbone_path``; layers for x3 and x4), or 'ffdnet_pnp'
+            (FFDNetPnP and its untrained layer with the same colour FFDNet as prior, beta 3: ``family`` 'kernels' or
+            'resizers', for any operator given per call).
         start (bool): Begin each solve at the shipped learned start where one ships for this model (its card's
             ``start``; not with another ``backbone_path``, to whose outputs it was not fitted). The fixed point is the
             same.
-        channels (str): 'y' (the layers as trained) or 'rgb' (each of R, G, B consistent; MCNetArch's option).
+        channels (str | None): 'y' (the layers as trained) or 'rgb' (each of R, G, B consistent; MCNetArch's option).
+            Default: None, the untrained layer's (its card's; 'rgb' for ffdnet_pnp), else 'y'.
         family (str): 'bicubic' (the layers of the tables); 'kernels': the backbone's layer trained for LR made by
             blur kernels and noise instead (the cards' ``kernels``; trained with ``channels='rgb'``): give it the
             operator and the noise level per call (``run(lr, operator, noise_sigma)``), as its beta depends on the
             noise; 'resizers': its layer trained for LR made by a mix of resizers (the cards' ``resizers``; Y
             consistent in training): give it the resizer as the operator.
         layer (bool): load the shipped layer; False builds the model for a layer the caller loads, which has a beta
-            per noise level if ``beta_noise``.
+            per noise level if ``beta_noise``. An untrained layer is built from its card's settings either way.
     """
     check_available(backbone, scale, backbone_path, family)
     card = model_card(backbone, scale, family)
     start_file = card.get('start') if start and backbone_path is None else None
-    layer_path = weight_path(card['layer']) if layer else None
+    settings = untrained_layer_options(backbone) or {}  # no file: the layer's options are data
+    layer_channels = settings.pop('channels', 'y')
+    channels = channels or layer_channels
+    layer_path = weight_path(card['layer']) if layer and not settings else None
     if layer_path:
         beta_noise = 'log_beta_slope' in load_state_dict(layer_path)  # its beta per noise level, if it learned one
     net = MCNetArch(
-        backbone={'net': backbone, 'path': backbone_path or weight_path(card['backbone'])},
+        backbone={'net': backbone, 'path': backbone_path or weight_path(_backbone_file(backbone, card))},
         operator={'type': 'bicubic', 'scale': scale},
         channels=channels,
         eps=eps,
         eps_rms=eps_rms,
-        beta={'noise': beta_noise},
+        rho=settings.pop('rho', 1.0),
+        beta=dict(settings.pop('beta', {}), noise=beta_noise),
+        denoiser=settings.pop('denoiser', None),
         start=dict(START_OPTIONS, path=weight_path(start_file)) if start_file else None,
         settings={'solver': {'forward': dict({'preset': 'fast'}, **(solver or {}))}})
+    if settings:
+        raise ValueError(f'{backbone}: unknown untrained_layer option(s) {sorted(settings)} in its model card.')
     if layer_path:
         load_network(net, layer_path)  # a layer file: the start keeps its weights
     return net.eval().to(device)
@@ -158,7 +194,7 @@ def model_zoo_table():
     rows = ['| model (`mcnet-sr --backbone`) | scale | backbone weights of the scores | Set5 PSNR / SSIM '
             '| Set14 PSNR / SSIM |', '|---|---|---|---|---|']
     for key, entry in MODELS['backbones'].items():
-        for scale, card in entry['models'].items():
+        for scale, card in entry.get('models', {}).items():
             scores = [f'{psnr:.2f} / {ssim:.4f}' for psnr, ssim in (card['set5'], card['set14'])]
             rows.append(f"| MCNet + {entry['name']} (`{key}`) | x{scale} | {entry['scored_on']} | "
                         f'{scores[0]} | {scores[1]} |')
@@ -173,7 +209,9 @@ def kernel_layers_table():
             '|---|---|---|---|']
     for key, entry in MODELS['backbones'].items():
         for scale, card in entry.get('kernels', {}).items():
-            rows.append(f"| MCNet + {entry['name']} (`{key}`) | x{scale} | `{card['layer']}` | {card['cbsd68']:.2f} |")
+            layer = describe_layer(key, scale, 'kernels', quote=lambda name: f'`{name}`')
+            score = '-' if card['cbsd68'] is None else f"{card['cbsd68']:.2f}"  # - : not measured yet
+            rows.append(f"| MCNet + {entry['name']} (`{key}`) | x{scale} | {layer} | {score} |")
     return '\n'.join(rows) + '\n'
 
 
@@ -189,6 +227,7 @@ def resizer_layers_table():
                 card = model_card(key, scale, family) or {}
                 if card.get('degradations'):
                     scores = ', '.join(f'`{name}` {psnr:.2f}' for name, psnr in card['degradations'].items())
-                    rows.append(f"| MCNet + {entry['name']} (`{key}`) | x{scale} | `{card['layer']}` | "
+                    layer = describe_layer(key, scale, family, quote=lambda name: f'`{name}`')
+                    rows.append(f"| MCNet + {entry['name']} (`{key}`) | x{scale} | {layer} | "
                                 f'{TRAINED_FOR[family]} | {scores} |')
     return '\n'.join(rows) + '\n'
