@@ -41,6 +41,8 @@ from .cards import (BACKBONES, MODELS, SCALES, backbone_name, describe_layer, mo
 EPS_RMS = {None: None, 'quantization': QUANTIZATION_EPS_RMS}
 # the learned start network of every shipped start (MCNetArch's ``start`` options)
 START_OPTIONS = {'depth': 8, 'num_feat': 64}
+# the MCNetArch options a card's untrained_layer may give
+UNTRAINED_LAYER_KEYS = {'channels', 'rho', 'beta', 'denoiser'}
 
 
 def weight_path(name):
@@ -164,25 +166,26 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
     check_available(backbone, scale, backbone_path, family)
     card = model_card(backbone, scale, family)
     start_file = card.get('start') if start and backbone_path is None else None
-    settings = untrained_layer_options(backbone) or {}  # no file: the layer's options are data
-    layer_channels = settings.pop('channels', 'y')
-    channels = channels or layer_channels
-    layer_path = weight_path(card['layer']) if layer and not settings else None
+    layer_options = untrained_layer_options(backbone) or {}  # a layer without a file: MCNetArch's options as data
+    unknown = sorted(set(layer_options) - UNTRAINED_LAYER_KEYS)
+    if unknown:
+        raise ValueError(f'{backbone}: unknown untrained_layer option(s) {unknown} in its model card; allowed are '
+                         f'{sorted(UNTRAINED_LAYER_KEYS)}.')
+    layer_channels = layer_options.pop('channels', 'y')
+    beta = dict(layer_options.pop('beta', {}), noise=beta_noise)
+    layer_path = weight_path(card['layer']) if layer and untrained_layer(backbone) is None else None
     if layer_path:
-        beta_noise = 'log_beta_slope' in load_state_dict(layer_path)  # its beta per noise level, if it learned one
+        beta = {'noise': 'log_beta_slope' in load_state_dict(layer_path)}  # its beta per noise level, if it learned one
     net = MCNetArch(
         backbone={'net': backbone, 'path': backbone_path or weight_path(_backbone_file(backbone, card))},
         operator={'type': 'bicubic', 'scale': scale},
-        channels=channels,
+        channels=channels or layer_channels,
         eps=eps,
         eps_rms=eps_rms,
-        rho=settings.pop('rho', 1.0),
-        beta=dict(settings.pop('beta', {}), noise=beta_noise),
-        denoiser=settings.pop('denoiser', None),
+        beta=beta,
         start=dict(START_OPTIONS, path=weight_path(start_file)) if start_file else None,
-        settings={'solver': {'forward': dict({'preset': 'fast'}, **(solver or {}))}})
-    if settings:
-        raise ValueError(f'{backbone}: unknown untrained_layer option(s) {sorted(settings)} in its model card.')
+        settings={'solver': {'forward': dict({'preset': 'fast'}, **(solver or {}))}},
+        **layer_options)  # an untrained layer's rho and denoiser
     if layer_path:
         load_network(net, layer_path)  # a layer file: the start keeps its weights
     return net.eval().to(device)
