@@ -82,15 +82,16 @@ def test_bad_presets_are_refused():
         resolve_backbone(['imdn'], 2)
 
 
-def test_a_preset_told_the_operator_takes_no_scale():
-    """``ffdnet_pnp`` (FFDNetPnP) takes no scale option (the operator it is told carries it): the same arch at every
-    scale, the shipped colour FFDNet's layout; in MCNetArch it is fed the RGB LR."""
-    from mcnet_basicsr.archs.ffdnet_arch import FFDNetPnP
-    assert BACKBONE_PRESETS['ffdnet_pnp']['scale_option'] is None
-    assert {backbone_options('ffdnet_pnp', s)['type'] for s in (2, 3, 4)} == {'FFDNetPnP'}
-    assert all(backbone_options('ffdnet_pnp', s) == {'type': 'FFDNetPnP'} for s in (2, 3, 4))
+@pytest.mark.parametrize('preset, arch', [('ffdnet_pnp', 'FFDNetPnP'), ('ffdnet_hqs', 'FFDNetHQS')])
+def test_a_preset_told_the_operator_takes_no_scale(preset, arch):
+    """``ffdnet_pnp`` (FFDNetPnP) and ``ffdnet_hqs`` (FFDNetHQS) take no scale option (the operator or kernel and scale
+    they are told carry it): the same arch at every scale, the shipped colour FFDNet's layout; in MCNetArch they are
+    fed the RGB LR."""
+    from mcnet_basicsr.archs import ffdnet_arch
+    assert BACKBONE_PRESETS[preset]['scale_option'] is None
+    assert all(backbone_options(preset, s) == {'type': arch} for s in (2, 3, 4))
     assert backbone_options('pan', 3)['upscale'] == 3 and backbone_options('srcnn', 3)['scale'] == 3
-    net = build_network({'type': 'BackbonePreset', 'preset': 'ffdnet_pnp', 'scale': 4})
-    assert type(net) is FFDNetPnP
+    net = build_network({'type': 'BackbonePreset', 'preset': preset, 'scale': 4})
+    assert type(net) is getattr(ffdnet_arch, arch)
     net.load_state_dict(_params(WEIGHTS / 'ffdnet_rgb.pth'), strict=True)
-    assert resolve_backbone('ffdnet_pnp', 3) == ({'type': 'FFDNetPnP'}, 'lr', 3)
+    assert resolve_backbone(preset, 3) == ({'type': arch}, 'lr', 3)

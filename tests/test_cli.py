@@ -277,7 +277,7 @@ def test_measurement_options_and_their_defaults(tmp_path):
         (['--degradation', 'gimp'], "invalid choice: 'gimp' (choose from 'matlab-bicubic', "),
         (['--channels', 'ycbcr'], "invalid choice: 'ycbcr' (choose from 'y', 'rgb')"),
         (['--kernel-index', 'two', '--kernel', str(kernel)], "invalid int value: 'two'"),
-        (['--kernel', str(kernel), '--channels', 'y'], '--channels y: the ffdnet_pnp layer runs with --channels rgb'),
+        (['--kernel', str(kernel), '--channels', 'y'], '--channels y: the ffdnet_hqs layer runs with --channels rgb'),
         (['--backbone', 'ffdnet_pnp', '--channels', 'y'], 'runs with --channels rgb only'),
     ]
     for extra, what in cases:

@@ -213,12 +213,17 @@ def test_kernel_priors_table_k_tables_are_their_records():
         assert rows['ms per image, USRNet-tiny / the layer'][f] == f'{ms[0]:.1f} / {ms[1]:.1f}'
     shipped = dict(_table_after(lines, '| Set5, 2 family kernels | x2 | x3 | x3, 2.55 | x3, 7.65 | x4 |'))
     rows_record = 'prior_study_set5_rows_cpu.json'
-    for label, row in (('USRNet-tiny', 'usrnet_tiny'), ('FFDNetHQS', 'ffdnet_hqs'),
-                       ('MCNet + FFDNetHQS', 'mcnet_ffdnet_hqs')):
+    for label, row in (('USRNet-tiny', 'usrnet_tiny'), ('FFDNetHQS', 'ffdnet_hqs'), ('FFDNetPnP', 'ffdnet_pnp'),
+                       ('MCNet + FFDNetHQS', 'mcnet_ffdnet_hqs'), ('MCNet + FFDNetPnP', 'mcnet_ffdnet_pnp')):
         assert shipped[label] == [_mean(rows_record, row, f) for f in PRIOR_FAMILIES], label
-    conv = json.loads((RECORDS / rows_record).read_text())['results']['mcnet_ffdnet_hqs']
-    assert shipped['its solves that reached the tolerance'] == [
-        f'{100 * sum(conv[f]["converged"]) / len(conv[f]["converged"]):.0f}%' for f in PRIOR_FAMILIES]
+    results = json.loads((RECORDS / rows_record).read_text())['results']
+
+    def reached(row, f):
+        conv = results[row][f]['converged']
+        return f'{100 * sum(conv) / len(conv):.0f}%'
+
+    assert shipped['its solves that reached the tolerance, HQS / PnP'] == [
+        f'{reached("mcnet_ffdnet_hqs", f)} / {reached("mcnet_ffdnet_pnp", f)}' for f in PRIOR_FAMILIES]
     hqs = dict(_table_after(lines, '| Table K, row means | x2 | x3, 7.65 | x4 | ms per image |'))
     for f, family in enumerate(('x2', 'x3_n7.65', 'x4')):
         for label, rec, row in (('USRNet-tiny (official weights, fetched)', record, 'usrnet_tiny'),

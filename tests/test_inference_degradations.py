@@ -351,7 +351,7 @@ def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsy
 # ------------------------------------------------------------------------------------ the default for such LR
 # a smooth region of a real photo: the out-of-focus background of scikit-image's chelsea (48 x 48, top right)
 SMOOTH = ('chelsea', 48, (24, 384))
-UNTRAINED_LINE = 'MCNet + FFDNet PnP x2: layer FFDNet prior ffdnet_rgb.pth, beta 3 (untrained), A = '
+UNTRAINED_LINE = 'MCNet + FFDNet {} x2: layer FFDNet prior ffdnet_rgb.pth, beta 3 (untrained), A = '
 
 
 def _psnr_rgb(img, hr, crop):
@@ -378,8 +378,8 @@ def _check_in_ball(residuals, m, row):
     assert np.all(np.asarray(residuals) <= eps + 0.5 / 65535 * np.sqrt(m)), (residuals, eps)
 
 
-def test_kernel_without_backbone_runs_ffdnet_pnp_consistent_and_above_bicubic_on_a_smooth_region(tmp_path, capsys):
-    """``mcnet-sr --kernel k.npy`` without --backbone runs FFDNetPnP and its untrained layer (shipped weights alone):
+def test_kernel_without_backbone_runs_ffdnet_hqs_consistent_and_above_bicubic_on_a_smooth_region(tmp_path, capsys):
+    """``mcnet-sr --kernel k.npy`` without --backbone runs FFDNetHQS and its untrained layer (shipped weights alone):
     every channel of its output is in the uint8 ball for the kernel (scipy's circular blur, upper-left decimation),
     and on a smooth region it is at or above bicubic upsampling and above SRCNN's bicubic layer told the kernel, which
     paints texture there."""
@@ -407,7 +407,7 @@ def test_kernel_without_backbone_runs_ffdnet_pnp_consistent_and_above_bicubic_on
         sr = _read_16bit(out / 'sky_x2.png')
         psnr[label] = _psnr_rgb(sr, hr, 2)
         if label == 'default':
-            assert first == UNTRAINED_LINE + 'kernel k.npy'
+            assert first == UNTRAINED_LINE.format('HQS') + 'kernel k.npy'
             row = read_summary(out)[str(img)]
             assert row['status'] == 'ok'
             residuals = np.sqrt(((degrade(sr) - lr8 / 255.0)**2).sum(axis=(0, 1)))  # R, G, B
@@ -444,7 +444,7 @@ def test_degradation_without_backbone_runs_ffdnet_pnp_consistent_with_pillow(tmp
     out = tmp_path / 'pil'
     capsys.readouterr()
     assert cli(img, '-o', out, '--scale', 2, '--degradation', 'pil-bicubic', '--device', 'cpu') == 0
-    assert capsys.readouterr().out.splitlines()[0] == UNTRAINED_LINE + 'pil-bicubic'
+    assert capsys.readouterr().out.splitlines()[0] == UNTRAINED_LINE.format('PnP') + 'pil-bicubic'
     sr = _read_16bit(out / 'sky_x2.png')
     residuals = np.sqrt(((pil_resize(sr, (24, 24)) - lr8 / 255.0)**2).sum(axis=(0, 1)))
     _check_in_ball(residuals, 24 * 24, read_summary(out)[str(img)])
@@ -454,7 +454,7 @@ def test_degradation_without_backbone_runs_ffdnet_pnp_consistent_with_pillow(tmp
     img = _write_uint8_as_16bit(tmp_path / 'in2' / 'sky.png', lr8.astype(np.uint8))
     out = tmp_path / 'matlab'
     assert cli(img, '-o', out, '--scale', 2, '--backbone', 'ffdnet_pnp', '--device', 'cpu') == 0
-    assert capsys.readouterr().out.splitlines()[0] == UNTRAINED_LINE + 'matlab-bicubic'
+    assert capsys.readouterr().out.splitlines()[0] == UNTRAINED_LINE.format('PnP') + 'matlab-bicubic'
     sr = torch.from_numpy(_read_16bit(out / 'sky_x2.png').copy()).permute(2, 0, 1)[None]
     residuals = np.sqrt(((hwc(imresize(sr, 0.5)) - lr8 / 255.0)**2).sum(axis=(0, 1)))
     _check_in_ball(residuals, 24 * 24, read_summary(out)[str(img)])

@@ -45,11 +45,11 @@ def test_cards_are_complete_and_name_shipped_files():
 
 
 def test_defaults_per_family_of_lr_run_on_shipped_weights_alone():
-    """The cards' ``default``: SRCNN for MATLAB-bicubic LR, FFDNetPnP and its untrained layer for LR made by a blur
-    kernel or another resizer, at every scale; each is a shipped model of that family that runs without any weights
-    fetched, and ``layer_family`` picks that family for such LR."""
+    """The cards' ``default``: SRCNN for MATLAB-bicubic LR, FFDNetHQS and its untrained layer for LR made by a blur
+    kernel, FFDNetPnP and the same layer for LR made by another resizer, at every scale; each is a shipped model of
+    that family that runs without any weights fetched, and ``layer_family`` picks that family for such LR."""
     assert MODELS['default'] == {'bicubic': {2: 'srcnn', 3: 'srcnn', 4: 'srcnn'},
-                                 'kernels': {2: 'ffdnet_pnp', 3: 'ffdnet_pnp', 4: 'ffdnet_pnp'},
+                                 'kernels': {2: 'ffdnet_hqs', 3: 'ffdnet_hqs', 4: 'ffdnet_hqs'},
                                  'resizers': {2: 'ffdnet_pnp', 3: 'ffdnet_pnp', 4: 'ffdnet_pnp'}}
     lr = {'bicubic': {}, 'kernels': {'kernel': 'k.npy'}, 'resizers': {'degradation': 'pil-bicubic'}}
     for family, per_scale in MODELS['default'].items():
@@ -99,7 +99,8 @@ def test_untrained_layers_are_their_option_files(backbone):
     from mcnet_basicsr.archs.backbone_presets_arch import backbone_type
     from mcnet_basicsr.utils.registration import build_network
     entry, layer = MODELS['backbones'][backbone], cards.untrained_layer(backbone)
-    scales = set(entry['kernels']) | set(entry['resizers'])
+    families = [f for f in ('kernels', 'resizers') if f in entry]
+    scales = set().union(*(entry[f] for f in families))
     assert scales == set(pretrained.SCALES) and layer['beta']['learn'] is False
     for scale in sorted(scales):
         opt = yaml.safe_load((REPO_ROOT / 'options' / f'test_mcnet_{backbone}_x{scale}.yml').read_text())
@@ -111,7 +112,7 @@ def test_untrained_layers_are_their_option_files(backbone):
             assert net_opt[key] == layer[key], (scale, key)
         assert dict(net_opt['denoiser'], path=os.path.basename(net_opt['denoiser']['path'])) == layer['denoiser']
         assert net_opt['eps_rms'] == pytest.approx(pretrained.EPS_RMS[entry['eps_rms']], rel=1e-4)
-        for family in ('kernels', 'resizers'):
+        for family in families:
             assert net_opt['settings']['solver']['forward']['tol'] == model_card(backbone, scale, family)['tol']
         # the network: the option file's (paths from the repository root) and the card's
         for part in (net_opt['backbone'], net_opt['denoiser']):
@@ -134,11 +135,17 @@ def test_untrained_layers_are_their_option_files(backbone):
 @pytest.mark.parametrize('backbone', UNTRAINED)
 def test_an_untrained_layer_serves_every_operator(backbone):
     """An untrained layer is the same for every operator: ``layer_family`` gives 'kernels' for any kernel and
-    'resizers' for every resizer (MATLAB bicubic, the default, included), never 'bicubic', which is refused."""
+    'resizers' for every resizer (MATLAB bicubic, the default, included), never 'bicubic', which is refused; where its
+    card has no such section (FFDNetHQS's data step needs a kernel), that family is refused in one line."""
     for scale in pretrained.SCALES:
         assert cards.layer_family(backbone, scale, kernel='k.npy') == 'kernels'
         for resizer in (None, *DEGRADATIONS):
             assert cards.layer_family(backbone, scale, degradation=resizer) == 'resizers', resizer
+        for family in ('kernels', 'resizers'):
+            if model_card(backbone, scale, family) is None:
+                with pytest.raises(ValueError, match=f'No MCNet layer .* ships for {backbone} at x{scale}'):
+                    pretrained.check_available(backbone, scale, family=family)
+    assert [b for b in UNTRAINED if 'resizers' not in MODELS['backbones'][b]] == ['ffdnet_hqs']
     with pytest.raises(ValueError, match="serves any operator.*family 'kernels' or 'resizers'"):
         pretrained.check_available(backbone, 2)
     assert pretrained.describe_layer(backbone, 2, 'kernels') == 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)'

@@ -44,6 +44,7 @@ BACKBONE_PRESETS = {
     'imdn': {'arch': {'type': 'IMDN'}, 'scale_option': 'upscale', 'input': 'lr', 'channels': 3},
     'pan': {'arch': {'type': 'PAN'}, 'scale_option': 'upscale', 'input': 'lr', 'channels': 3},
     'ffdnet_pnp': {'arch': {'type': 'FFDNetPnP'}, 'scale_option': None, 'input': 'lr', 'channels': 3},
+    'ffdnet_hqs': {'arch': {'type': 'FFDNetHQS'}, 'scale_option': None, 'input': 'lr', 'channels': 3},
 }
 
 

@@ -1,0 +1,133 @@
+"""Lab: what ``mcnet-sr --kernel`` and ``mcnet-sr --degradation`` give a user, against bicubic upsampling.
+
+Each problem is written as a user has it: an 8-bit LR PNG (rounded) made from a Set5 image by a blur kernel drawn
+from :class:`~mcnet_basicsr.data.kernel_family.KernelFamily` (seeded; never the 12 kernels of Table K, never CBSD68)
+with circular boundary and upper-left decimation, optionally with Gaussian noise, or by a library resizer; the kernel
+as an ``.npy`` file. ``mcnet-sr`` runs in this process (its ``main``) with each ``--variant`` (the shipped default,
+``--backbone srcnn``, ...), and the written PNG is scored against the HR: PSNR on RGB uint8 with a border of s^2
+(Table K's). Bicubic upsampling (MATLAB's) of the same LR is the floor. Also a smooth region, where a prior that
+invents texture loses to bicubic upsampling: a 96 x 96 crop of the evening sky in scikit-image's ``rocket`` photo
+(:data:`SMOOTH_CROP`; mean absolute difference of neighbouring values 0.6 levels) under the first x2 kernel.
+
+    python benchmarks/cli_defaults.py --data datasets --out results/cli_defaults.json
+"""
+import argparse
+import json
+import os.path as osp
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from timing import device_name
+
+# (photo, top, left, size) of a smooth sky region in a scikit-image photo
+SMOOTH_CROP = ('rocket', 0, 272, 96)
+KERNEL_CASES = (('x2', 2, 0.0), ('x3_n7.65', 3, 7.65), ('x4', 4, 0.0))
+RESIZERS = ('pil-bicubic', 'cv2-area')
+VARIANTS = {'default': [], 'srcnn': ['--backbone', 'srcnn']}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--data', default='datasets', help='folder with Set5/HR')
+    p.add_argument('--kernels', type=int, default=2, help='family kernels per case (seeded draws)')
+    p.add_argument('--variants', nargs='+', default=list(VARIANTS), choices=VARIANTS)
+    p.add_argument('--device', default='cpu')
+    p.add_argument('--out', required=True)
+    return p.parse_args(argv)
+
+
+def write_png(path, rgb):
+    import cv2
+    cv2.imwrite(path, np.ascontiguousarray(rgb[:, :, ::-1]))
+
+
+def read_png(path):
+    import cv2
+    return cv2.imread(path, cv2.IMREAD_COLOR)[:, :, ::-1]
+
+
+def problems(args):
+    """``(case, hr uint8, lr uint8, extra mcnet-sr options, scale)``: Set5 under family kernels (``--kernel``) and
+    under resizers (``--degradation``), and the smooth crop under the first kernel of x2."""
+    import torch
+    from PIL import Image
+
+    from mcnet_basicsr.data.degradations import usrnet_mod_crop
+    from mcnet_basicsr.data.kernel_family import KernelFamily
+    from mcnet_basicsr.ops import build_degradation, build_operator
+    from mcnet_basicsr.utils.images import list_images
+    rng = np.random.default_rng(2024)
+    family = KernelFamily()
+    kernels = [family.draw(rng)[0] for _ in range(args.kernels)]
+    photos = [np.asarray(Image.open(p).convert('RGB')) for p in list_images(osp.join(args.data, 'Set5', 'HR'))]
+
+    def measure(op, hr, noise255, seed):
+        x = torch.from_numpy(hr).permute(2, 0, 1)[None].double() / 255
+        lr = op(x)[0].permute(1, 2, 0).numpy()
+        lr = lr + np.random.default_rng(seed).normal(0, noise255 / 255, lr.shape)
+        return (np.clip(lr, 0, 1) * 255).round().astype(np.uint8)
+
+    for case, scale, noise255 in KERNEL_CASES:
+        for ki, kernel in enumerate(kernels):
+            op = build_operator({'type': 'blur', 'scale': scale, 'kernel': kernel})
+            for i, photo in enumerate(photos):
+                hr = usrnet_mod_crop(photo, scale)
+                yield (f'kernel {case}', hr, measure(op, hr, noise255, i), {'kernel': kernel, 'noise': noise255},
+                       scale)
+    for name in RESIZERS:
+        op = build_degradation(name, 4)
+        for i, photo in enumerate(photos):
+            hr = usrnet_mod_crop(photo, 4)
+            yield f'{name} x4', hr, measure(op, hr, 0.0, i), {'degradation': name}, 4
+    from skimage import data
+    photo, top, left, size = SMOOTH_CROP
+    hr = getattr(data, photo)()[top:top + size, left:left + size]
+    op = build_operator({'type': 'blur', 'scale': 2, 'kernel': kernels[0]})
+    yield f'smooth {photo} x2', hr, measure(op, hr, 0.0, 0), {'kernel': kernels[0], 'noise': 0.0}, 2
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    import torch
+
+    from mcnet_basicsr.cli.main import main as mcnet_sr
+    from mcnet_basicsr.data.degradations import psnr_rgb_uint8
+    from mcnet_basicsr.ops import imresize
+    results, models = {}, {}
+    tmp = tempfile.mkdtemp(prefix='cli_defaults_')
+    for n, (case, hr, lr, extra, scale) in enumerate(problems(args)):
+        lr_path = osp.join(tmp, f'p{n}.png')
+        write_png(lr_path, lr)
+        cmd = [lr_path, '--scale', str(scale), '--device', args.device, '--force']
+        if 'kernel' in extra:
+            np.save(osp.join(tmp, f'k{n}.npy'), extra['kernel'])
+            cmd += ['--kernel', osp.join(tmp, f'k{n}.npy'), '--noise', str(extra['noise'])]
+        else:
+            cmd += ['--degradation', extra['degradation']]
+        entry = results.setdefault(case, {})
+        lr_t = torch.from_numpy(lr).permute(2, 0, 1)[None].double() / 255
+        bic = (imresize(lr_t, scale).clamp(0, 1) * 255).round().byte()[0].permute(1, 2, 0).numpy()
+        entry.setdefault('bicubic', []).append(psnr_rgb_uint8(bic, hr, scale**2))
+        for variant in args.variants:
+            out = osp.join(tmp, variant)
+            t0 = time.perf_counter()
+            status = mcnet_sr(cmd + ['-o', out] + VARIANTS[variant], models=models)
+            if status:
+                raise RuntimeError(f'mcnet-sr {" ".join(cmd + VARIANTS[variant])} exited with {status}')
+            sr = read_png(osp.join(out, f'p{n}_x{scale}.png'))
+            entry.setdefault(variant, []).append(psnr_rgb_uint8(sr, hr, scale**2))
+            entry.setdefault(f'{variant} seconds', []).append(time.perf_counter() - t0)
+        line = '  '.join(f'{k} {np.mean(v):.2f}' for k, v in entry.items() if 'seconds' not in k)
+        print(f'{case:>20} ({len(entry["bicubic"])} images)  {line}', flush=True)
+        record = {'protocol': 'Set5 (family kernels, seed 2024; resizers x4) and a smooth crop, 8-bit LR PNG, '
+                              'mcnet-sr in process, PSNR RGB uint8 border s^2',
+                  'device': device_name(torch.device(args.device)), 'results': results}
+        with open(args.out, 'w') as f:
+            json.dump(record, f, indent=1)
+
+
+if __name__ == '__main__':
+    main()
