@@ -424,8 +424,8 @@ def test_kernel_without_backbone_runs_ffdnet_hqs_consistent_and_above_bicubic_on
     assert torch.equal(w, told) and (w - untold).abs().max() > 1e-2
 
 
-def test_degradation_without_backbone_runs_ffdnet_pnp_consistent_with_pillow(tmp_path, capsys):
-    """``mcnet-sr --degradation pil-bicubic`` without --backbone runs the same untrained layer, told Pillow's bicubic:
+def test_ffdnet_pnp_runs_consistent_with_pillow_and_with_matlab(tmp_path, capsys):
+    """``mcnet-sr --backbone ffdnet_pnp --degradation pil-bicubic`` runs the untrained layer, told Pillow's bicubic:
     Pillow's own resize of each channel of the output is within the uint8 ball of the LR it made. ``--backbone
     ffdnet_pnp`` without --kernel or --degradation runs it with MATLAB bicubic, consistent with MATLAB's imresize (the
     package's)."""
@@ -443,7 +443,8 @@ def test_degradation_without_backbone_runs_ffdnet_pnp_consistent_with_pillow(tmp
     img = _write_uint8_as_16bit(tmp_path / 'in' / 'sky.png', lr8)
     out = tmp_path / 'pil'
     capsys.readouterr()
-    assert cli(img, '-o', out, '--scale', 2, '--degradation', 'pil-bicubic', '--device', 'cpu') == 0
+    assert cli(img, '-o', out, '--scale', 2, '--degradation', 'pil-bicubic', '--backbone', 'ffdnet_pnp', '--device',
+               'cpu') == 0
     assert capsys.readouterr().out.splitlines()[0] == UNTRAINED_LINE.format('PnP') + 'pil-bicubic'
     sr = _read_16bit(out / 'sky_x2.png')
     residuals = np.sqrt(((pil_resize(sr, (24, 24)) - lr8 / 255.0)**2).sum(axis=(0, 1)))

@@ -11,6 +11,8 @@ preset                    architecture                                          
 ``pan``                   the official PAN (the defaults of :class:`PAN`)                  RGB LR, RGB out
 ``ffdnet_pnp``            plug-and-play projections with the colour FFDNet (the defaults    RGB LR, RGB out; told
                           of :class:`FFDNetPnP`); no scale option: the operator carries it  the operator
+``ffdnet_hqs``            half-quadratic splitting with the colour FFDNet (the defaults of  RGB LR, RGB out; told
+                          :class:`FFDNetHQS`); no scale option: told the kernel and scale   the kernel
 ========================  ================================================================  =====================
 
 Where to use them:

@@ -18,10 +18,10 @@ Set5/Set14 scores of each.
 * ``mcnet_imdn_resizers_x4.pth``, ``mcnet_pan_resizers_x{2,3,4}.pth``: layers on them trained for LR made by a mix
   of library resizers (``family='resizers'``). The cards' ``degradations`` say which layer mcnet-sr runs for which
   resizer (for OpenCV's: the layers trained on blur kernels);
-* ``ffdnet_rgb.pth``: our colour FFDNet, both the backbone ``ffdnet_pnp`` (FFDNetPnP: plug-and-play projections told
-  the operator) and the prior of its layer, which is not trained: its settings are its card's ``untrained_layer``
-  (``family='kernels'`` or ``'resizers'``, for any operator; ``mcnet-sr``'s default for LR made by a blur kernel or
-  a resizer).
+* ``ffdnet_rgb.pth``: our colour FFDNet, both the backbones ``ffdnet_hqs`` (FFDNetHQS: half-quadratic splitting told
+  the kernel; ``family='kernels'``) and ``ffdnet_pnp`` (FFDNetPnP: plug-and-play projections told the operator;
+  ``family='kernels'`` or ``'resizers'``) and the prior of their layer, which is not trained: its settings are their
+  cards' ``untrained_layer`` (HQS's: ``mcnet-sr``'s default for LR made by a blur kernel).
 
 ``weights/README.md`` records the option file, command, iterations and Set5 score of each file.
 """
@@ -147,14 +147,14 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
             trained with ``eps_rms = default_eps_rms(backbone)``; pass it to use them as trained.
         solver (dict | None): Forward solver settings over the 'fast' preset (``mcnet_basicsr.deq.PRESETS``).
         backbone (str): 'srcnn' (our SRCNN on the upsampled Y), 'rcan_compact' or 'rdn_compact' (RGB),
-            'imdn' / 'pan' (the official weights, given as ``backbone_path``; layers for x3 and x4), or 'ffdnet_pnp'
-            (FFDNetPnP and its untrained layer with the same colour FFDNet as prior, beta 3: ``family`` 'kernels' or
-            'resizers', for any operator given per call).
+            'imdn' / 'pan' (the official weights, given as ``backbone_path``; layers for x3 and x4), or 'ffdnet_pnp' /
+            'ffdnet_hqs' (FFDNetPnP / FFDNetHQS and their untrained layer with the same colour FFDNet as prior, beta 3:
+            ``family`` 'kernels' or, for PnP, 'resizers'; the operator given per call).
         start (bool): Begin each solve at the shipped learned start where one ships for this model (its card's
             ``start``; not with another ``backbone_path``, to whose outputs it was not fitted). The fixed point is the
             same.
         channels (str | None): 'y' (the layers as trained) or 'rgb' (each of R, G, B consistent; MCNetArch's option).
-            Default: None, the untrained layer's (its card's; 'rgb' for ffdnet_pnp), else 'y'.
+            Default: None, the untrained layer's (its card's; 'rgb' for ffdnet_pnp and ffdnet_hqs), else 'y'.
         family (str): 'bicubic' (the layers of the tables); 'kernels': the backbone's layer trained for LR made by
             blur kernels and noise instead (the cards' ``kernels``; trained with ``channels='rgb'``): give it the
             operator and the noise level per call (``run(lr, operator, noise_sigma)``), as its beta depends on the
