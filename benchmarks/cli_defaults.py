@@ -3,11 +3,12 @@
 Each problem is written as a user has it: an 8-bit LR PNG (rounded) made from a Set5 image by a blur kernel drawn
 from :class:`~mcnet_basicsr.data.kernel_family.KernelFamily` (seeded; never the 12 kernels of Table K, never CBSD68)
 with circular boundary and upper-left decimation, optionally with Gaussian noise, or by a library resizer; the kernel
-as an ``.npy`` file. ``mcnet-sr`` runs in this process (its ``main``) with each ``--variant`` (the shipped default,
-``--backbone srcnn``, ...), and the written PNG is scored against the HR: PSNR on RGB uint8 with a border of s^2
-(Table K's). Bicubic upsampling (MATLAB's) of the same LR is the floor. Also a smooth region, where a prior that
-invents texture loses to bicubic upsampling: a 96 x 96 crop of the evening sky in scikit-image's ``rocket`` photo
-(:data:`SMOOTH_CROP`; mean absolute difference of neighbouring values 0.6 levels) under the first x2 kernel.
+as an ``.npy`` file. ``mcnet-sr`` runs in this process (its ``main``) with each of ``--variants`` (:data:`VARIANTS`:
+the untrained FFDNet layers, SRCNN's bicubic layer told the operator), and the written PNG is scored against the
+HR: PSNR on RGB uint8 with a border of s^2 (Table K's). Bicubic upsampling (MATLAB's) of the same LR is the floor.
+Also a smooth region, where a prior that invents texture loses to bicubic upsampling: a 96 x 96 crop of the evening
+sky in scikit-image's ``rocket`` photo (:data:`SMOOTH_CROP`; mean absolute difference of neighbouring values 0.6
+levels) under the first x2 kernel.
 
     python benchmarks/cli_defaults.py --data datasets --out results/cli_defaults.json
 """
@@ -24,9 +25,12 @@ from timing import device_name
 
 # (photo, top, left, size) of a smooth sky region in a scikit-image photo
 SMOOTH_CROP = ('rocket', 0, 272, 96)
-KERNEL_CASES = (('x2', 2, 0.0), ('x3_n7.65', 3, 7.65), ('x4', 4, 0.0))
+KERNEL_CASES = (('x2', 2, 0.0), ('x2_n2.55', 2, 2.55), ('x3_n7.65', 3, 7.65), ('x4', 4, 0.0))
 RESIZERS = ('pil-bicubic', 'cv2-area')
-VARIANTS = {'default': [], 'srcnn': ['--backbone', 'srcnn']}
+# the models compared, by their --backbone: the FFDNet layers (FFDNetHQS's for a kernel, FFDNetPnP's for a resizer)
+# and SRCNN's bicubic layer told the operator
+VARIANTS = {'ffdnet': {'kernel': ['--backbone', 'ffdnet_hqs'], 'degradation': ['--backbone', 'ffdnet_pnp']},
+            'srcnn': {'kernel': ['--backbone', 'srcnn'], 'degradation': ['--backbone', 'srcnn']}}
 
 
 def parse_args(argv):
@@ -34,6 +38,7 @@ def parse_args(argv):
     p.add_argument('--data', default='datasets', help='folder with Set5/HR')
     p.add_argument('--kernels', type=int, default=2, help='family kernels per case (seeded draws)')
     p.add_argument('--variants', nargs='+', default=list(VARIANTS), choices=VARIANTS)
+    p.add_argument('--cases', nargs='+', help='only these cases (e.g. "kernel x2", "pil-bicubic x4", "smooth")')
     p.add_argument('--device', default='cpu')
     p.add_argument('--out', required=True)
     return p.parse_args(argv)
@@ -99,6 +104,8 @@ def main(argv=None):
     results, models = {}, {}
     tmp = tempfile.mkdtemp(prefix='cli_defaults_')
     for n, (case, hr, lr, extra, scale) in enumerate(problems(args)):
+        if args.cases and not any(case.startswith(c) for c in args.cases):
+            continue
         lr_path = osp.join(tmp, f'p{n}.png')
         write_png(lr_path, lr)
         cmd = [lr_path, '--scale', str(scale), '--device', args.device, '--force']
@@ -114,9 +121,10 @@ def main(argv=None):
         for variant in args.variants:
             out = osp.join(tmp, variant)
             t0 = time.perf_counter()
-            status = mcnet_sr(cmd + ['-o', out] + VARIANTS[variant], models=models)
+            extra_args = VARIANTS[variant]['kernel' if 'kernel' in extra else 'degradation']
+            status = mcnet_sr(cmd + ['-o', out] + extra_args, models=models)
             if status:
-                raise RuntimeError(f'mcnet-sr {" ".join(cmd + VARIANTS[variant])} exited with {status}')
+                raise RuntimeError(f'mcnet-sr {" ".join(cmd + extra_args)} exited with {status}')
             sr = read_png(osp.join(out, f'p{n}_x{scale}.png'))
             entry.setdefault(variant, []).append(psnr_rgb_uint8(sr, hr, scale**2))
             entry.setdefault(f'{variant} seconds', []).append(time.perf_counter() - t0)

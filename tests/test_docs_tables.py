@@ -230,3 +230,16 @@ def test_kernel_priors_table_k_tables_are_their_records():
                                 ('FFDNetHQS, shipped weights alone', 'kernel_table_ffdnet_hqs_h100.json',
                                  'ffdnet_hqs')):
             assert rows and hqs[label][f] == f'{sum(c["psnr"] for c in _kernel_cells(rec, row, family)) / 12:.2f}'
+
+
+def test_kernel_priors_cli_table_is_its_record():
+    """docs/kernel_priors.md's table of what mcnet-sr gives (benchmarks/cli_defaults.py): every PSNR is its record's
+    mean to two decimals, one row per recorded case, in the record's order."""
+    lines = (REPO_ROOT / 'docs' / 'kernel_priors.md').read_text().splitlines()
+    header = ('| LR made by | bicubic upsampling | `--backbone ffdnet_hqs` (kernels) / `ffdnet_pnp` (resizers) | '
+              '`--backbone srcnn` |')
+    rows = _table_after(lines, header)
+    results = json.loads((RECORDS / 'cli_defaults_set5_cpu.json').read_text())['results']
+    assert len(rows) == len(results)
+    for (label, values), entry in zip(rows, results.values()):
+        assert values == [f'{sum(entry[k]) / len(entry[k]):.2f}' for k in ('bicubic', 'ffdnet', 'srcnn')], label
