@@ -80,10 +80,8 @@ def measurement_radius(b, sigma):
 
 def project_rgb(op, x, b, eps):
     """Each of R, G, B of ``x`` (N, 3, H, W) projected onto its ball ``||A x_c - b_c|| <= eps`` (in float64)."""
-    from mcnet_basicsr.ops import fold_channels, repeat_samples, unfold_channels
-    c = x.shape[1]
-    xd = op if c == 1 else repeat_samples(op, c)
-    return unfold_channels(xd.project(fold_channels(x).double(), fold_channels(b).double(), eps), c).to(x.dtype)
+    from mcnet_basicsr.archs.layer_core import ChannelBalls
+    return ChannelBalls(op, x.shape[1]).project(x.double(), b.double(), eps).to(x.dtype)
 
 
 class FFDNetLayer(nn.Module):

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mcnet_basicsr.ops import (QUANTIZATION_EPS_RMS, fold_channels, imresize, noisy_radius, repeat_samples,
-                               unfold_channels)
+from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, imresize, noisy_radius
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY
+from .layer_core import ChannelBalls
 from .usrnet_arch import DataStep, data_terms
 
 
@@ -152,12 +152,11 @@ class FFDNetPnP(AnnealedFFDNet):
         units."""
         n, c, h, w = lr.shape
         sigma = torch.as_tensor(sigma, dtype=lr.dtype, device=lr.device).reshape(-1).expand(n)
-        op = operator if c == 1 else repeat_samples(operator, c)
-        b = fold_channels(lr).double()
+        balls, b = ChannelBalls(operator, c), lr.double()
         eps = noisy_radius(QUANTIZATION_EPS_RMS * math.sqrt(h * w), sigma.double().repeat_interleave(c), h * w)
 
         def project(x):
-            return unfold_channels(op.project(fold_channels(x).double(), b, eps), c).to(lr.dtype)
+            return balls.project(x.double(), b, eps).to(lr.dtype)
 
         levels = self.levels(operator.scale, sigma)
         x = project(imresize(lr, operator.scale))
