@@ -356,8 +356,8 @@ UNTRAINED_LINE = 'MCNet + FFDNet {} x2: layer FFDNet prior ffdnet_rgb.pth, beta 
 
 def _psnr_rgb(img, hr, crop):
     """RGB PSNR of ``img`` (HWC in [0, 1]) rounded to uint8 against the uint8 ``hr``, ``crop`` pixels off each side."""
-    diff = np.clip(np.rint(img * 255), 0, 255)[crop:-crop, crop:-crop] - hr[crop:-crop, crop:-crop].astype(np.float64)
-    return 10 * np.log10(255**2 / np.mean(diff**2))
+    from mcnet_basicsr.data.degradations import psnr_rgb_uint8
+    return psnr_rgb_uint8(np.clip(np.rint(img * 255), 0, 255).astype(np.uint8), hr, crop)
 
 
 def _write_uint8_as_16bit(path, rgb8):
