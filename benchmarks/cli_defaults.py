@@ -60,7 +60,7 @@ def problems(args):
     import torch
     from PIL import Image
 
-    from mcnet_basicsr.data.degradations import usrnet_mod_crop
+    from mcnet_basicsr.data.degradations import degraded_lr_uint8, usrnet_mod_crop
     from mcnet_basicsr.data.kernel_family import KernelFamily
     from mcnet_basicsr.ops import build_degradation, build_operator
     from mcnet_basicsr.utils.images import list_images
@@ -70,6 +70,8 @@ def problems(args):
     photos = [np.asarray(Image.open(p).convert('RGB')) for p in list_images(osp.join(args.data, 'Set5', 'HR'))]
 
     def measure(op, hr, noise255, seed):
+        if noise255 == 0:  # rounded half up, as the libraries round (ties are exact on 0..255 values)
+            return degraded_lr_uint8(op, hr)
         x = torch.from_numpy(hr).permute(2, 0, 1)[None].double() / 255
         lr = op(x)[0].permute(1, 2, 0).numpy()
         lr = lr + np.random.default_rng(seed).normal(0, noise255 / 255, lr.shape)
