@@ -201,6 +201,12 @@ def score_rows(args):
     for fam in args.families:
         scale, noise255 = FAMILIES[fam]
         nets = {row: build_row(row, scale, dev, 1e-4, 60) for row in args.rows}
+        missing = [row for row, (net, _) in nets.items() if net is None]
+        if len(missing) == len(nets):
+            raise SystemExit(f'No row to run at x{scale}: options/test_<row>_x{scale}.yml of {missing} or its weights '
+                             'are missing (run from the repository root).')
+        for row in missing:
+            print(f'{fam:>9} {row:<40} skipped: options/test_{row}_x{scale}.yml or its weights missing', flush=True)
         for kernel, hr, lr in problems(args, fam):
             op = build_operator({'type': 'blur', 'scale': scale, 'kernel': kernel})
             for row, (net, consistent) in nets.items():
