@@ -8,11 +8,11 @@ from collections import defaultdict
 import pytest
 
 from conftest import REPO_ROOT, same_operator_resizers
-from mcnet_basicsr.evaluation.kernel_table import render
+from mcnet_basicsr.evaluation.kernel_table import read_published, render
 
 # docs/degradations.md and the pages of its tables (Table K, Table R, the layers for resizers, the kernel priors)
 DOCS = [REPO_ROOT / 'docs' / f'degradations{page}.md' for page in ('', '_kernels', '_resizers', '_resizer_layers')]
-DOCS.append(REPO_ROOT / 'docs' / 'kernel_priors.md')
+DOCS += [REPO_ROOT / 'docs' / 'kernel_priors.md', REPO_ROOT / 'docs' / 'shipped_prior.md']
 RECORDS = REPO_ROOT / 'benchmarks' / 'records'
 
 
@@ -126,7 +126,7 @@ def test_beta_or_prior_table_is_its_record():
     assert sorted(rows) == sorted(record['x2'])
 
 
-# the prior study's tables (docs/kernel_priors.md): row label -> (record, method of the record)
+# the prior study's tables (docs/kernel_priors.md, docs/shipped_prior.md): row label -> (record, method of the record)
 PRIOR_ROWS = {
     'USRNet-tiny alone': ('prior_study_set5_h100.json', 'usrnet_tiny'),
     'USRNet-tiny, projected exactly onto the ball': ('prior_study_set5_h100.json', 'proj(usrnet_tiny)'),
@@ -137,6 +137,12 @@ PRIOR_ROWS = {
     'the same, trained 3 minutes (302 steps) from there': ('prior_study_set5_probe_beta3_h100.json', 'layer_trained'),
 }
 PRIOR_FAMILIES = ('x2', 'x3', 'x3_n2.55', 'x3_n7.65', 'x4')
+
+
+def _prior_pages_lines():
+    """The lines of the prior pages: docs/kernel_priors.md, then docs/shipped_prior.md."""
+    return [line for page in ('kernel_priors.md', 'shipped_prior.md')
+            for line in (REPO_ROOT / 'docs' / page).read_text().splitlines()]
 
 
 def _table_after(lines, header):
@@ -156,9 +162,9 @@ def _mean(record, method, family):
 
 
 def test_kernel_priors_tables_are_their_records():
-    """Every PSNR of the prior study's tables in docs/kernel_priors.md is its record's mean to two decimals: the Set5
-    table, the beta x level grid and the Table K means."""
-    lines = (REPO_ROOT / 'docs' / 'kernel_priors.md').read_text().splitlines()
+    """Every PSNR of the prior study's tables in docs/kernel_priors.md and docs/shipped_prior.md is its record's mean
+    to two decimals: the Set5 table, the beta x level grid and the Table K means."""
+    lines = _prior_pages_lines()
     rows = _table_after(lines, '| Set5, family kernels | x2 | x3 | x3, 2.55 | x3, 7.65 | x4 |')
     assert [label for label, _ in rows] == list(PRIOR_ROWS)
     for label, values in rows:
@@ -196,9 +202,10 @@ def _kernel_cells(record, row, family):
 
 
 def test_kernel_priors_table_k_tables_are_their_records():
-    """The Table K tables of docs/kernel_priors.md: the layer anchored on USRNet-tiny beside it (means to three
-    decimals, the cell differences, the convergence and the times of the same run), and FFDNetHQS's row means."""
-    lines = (REPO_ROOT / 'docs' / 'kernel_priors.md').read_text().splitlines()
+    """The Table K tables of docs/kernel_priors.md and docs/shipped_prior.md: the layer anchored on USRNet-tiny beside
+    it (means to three decimals, the cell differences, the convergence and the times of the same run), and the
+    shipped-weights rows' means beside USRNet-tiny, PAN's kernel layers and IRCNN."""
+    lines = _prior_pages_lines()
     rows = dict(_table_after(lines, '| Table K, row means (CBSD68, 12 kernels) | x2 | x3 | x3, 2.55 | x3, 7.65 | x4 |'))
     record = 'kernel_table_mcnet_usrnet_tiny_h100.json'
     for f, family in enumerate(PRIOR_FAMILIES):
@@ -224,18 +231,38 @@ def test_kernel_priors_table_k_tables_are_their_records():
 
     assert shipped['its solves that reached the tolerance, HQS / PnP'] == [
         f'{reached("mcnet_ffdnet_hqs", f)} / {reached("mcnet_ffdnet_pnp", f)}' for f in PRIOR_FAMILIES]
-    hqs = dict(_table_after(lines, '| Table K, row means | x2 | x3, 7.65 | x4 | ms per image |'))
-    for f, family in enumerate(('x2', 'x3_n7.65', 'x4')):
-        for label, rec, row in (('USRNet-tiny (official weights, fetched)', record, 'usrnet_tiny'),
-                                ('FFDNetHQS, shipped weights alone', 'kernel_table_ffdnet_hqs_h100.json',
-                                 'ffdnet_hqs')):
-            assert rows and hqs[label][f] == f'{sum(c["psnr"] for c in _kernel_cells(rec, row, family)) / 12:.2f}'
+    stages = dict(_table_after(lines, '| Set5, 2 family kernels, MCNet + FFDNetHQS | x2 | x3 | x3, 2.55 | x3, 7.65 '
+                                      '| x4 |'))
+    first = 'prior_study_set5_rows_stage1_prior_cpu.json'
+    assert stages['prior after the first stage'] == [_mean(first, 'mcnet_ffdnet_hqs', f) for f in PRIOR_FAMILIES]
+    assert stages['prior after both stages (shipped)'] == shipped['MCNet + FFDNetHQS']
+    first_conv = json.loads((RECORDS / first).read_text())['results']['mcnet_ffdnet_hqs']
+    first_reached = [f'{100 * sum(first_conv[f]["converged"]) / len(first_conv[f]["converged"]):.0f}%'
+                     for f in PRIOR_FAMILIES]
+    assert stages['solves that reached the tolerance, first / both'] == [
+        f'{a} / {reached("mcnet_ffdnet_hqs", f)}' for a, f in zip(first_reached, PRIOR_FAMILIES)]
+    hqs = dict(_table_after(lines, '| Table K, row means, shipped weights alone | x2 | x3 | x3, 2.55 | x3, 7.65 '
+                                   '| x4 |'))
+    _, published = read_published(str(RECORDS / 'usrnet_table1_published.tsv'))
+    shipped_layer = 'kernel_table_mcnet_ffdnet_hqs_h100.json'
+    for f, family in enumerate(PRIOR_FAMILIES):
+        pan = f'kernel_table_pan_kernels_x{family[1]}_{({"2": 500, "3": 500, "4": 400})[family[1]]}_h200.json'
+        for label, rec, row in (
+                ('USRNet-tiny (official weights, fetched; not shipped)', record, 'usrnet_tiny'),
+                ('MCNet + FFDNetHQS (`ffdnet_hqs`), untrained layer', shipped_layer, 'mcnet_ffdnet_hqs'),
+                ('FFDNetHQS alone', 'kernel_table_ffdnet_hqs_h100.json', 'ffdnet_hqs'),
+                ('MCNet + PAN, kernel layer (the best trained layer)', pan, 'mcnet_pan_kernels')):
+            assert hqs[label][f] == f'{sum(c["psnr"] for c in _kernel_cells(rec, row, family)) / 12:.2f}', label
+        assert hqs['IRCNN (published)'][f] == f'{sum(published[("IRCNN", family)]) / 12:.2f}'
+        converged = 100 * sum(c['converged'] for c in _kernel_cells(shipped_layer, 'mcnet_ffdnet_hqs', family)) / 12
+        reached_tol = f'{converged:.1f}%'.replace('100.0%', '100%')
+        assert hqs["the layer's solves that reached the tolerance"][f] == reached_tol
 
 
 def test_kernel_priors_cli_table_is_its_record():
-    """docs/kernel_priors.md's table of what mcnet-sr gives (benchmarks/cli_defaults.py): every PSNR is its record's
+    """docs/shipped_prior.md's table of what mcnet-sr gives (benchmarks/cli_defaults.py): every PSNR is its record's
     mean to two decimals, one row per recorded case, in the record's order."""
-    lines = (REPO_ROOT / 'docs' / 'kernel_priors.md').read_text().splitlines()
+    lines = _prior_pages_lines()
     header = ('| LR made by | bicubic upsampling | `--backbone ffdnet_hqs` (kernels) / `ffdnet_pnp` (resizers) | '
               '`--backbone srcnn` |')
     rows = _table_after(lines, header)
