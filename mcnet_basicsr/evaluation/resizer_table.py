@@ -5,7 +5,9 @@ and by MCNet told the true operator (``scripts/resizer_table.py``).
 Protocol: the tables' (HR mod-cropped to the scale, Y of the output rounded to uint8, PSNR / SSIM on Y with crop =
 scale, :func:`mcnet_basicsr.metrics.y_uint8.y_uint8_metrics`), with the LR made by the resizer's exact operator
 (:data:`mcnet_basicsr.ops.DEGRADATIONS`, equal to the library's float output) then rounded half up to uint8. A row is
-a test option file (``options/test_<row>_x<s>.yml``); ``<row>@true`` is that file's network told the resizer.
+a test option file (``options/test_<row>_x<s>.yml``); ``<row>@true`` is that file's network told the resizer. A layer
+is made consistent on Y, or on each of R, G and B where its prior denoises them together (a colour FFDNet); a
+non-blind network (FFDNetPnP) is told the resizer with ``@true``, MATLAB bicubic without.
 """
 import json
 import os.path as osp
@@ -16,10 +18,24 @@ import numpy as np
 __all__ = ['measure']
 
 
+def row_channels(row, scale):
+    """The channels a row's layer is made consistent on: ``'rgb'`` where its prior denoises R, G and B together
+    (``options/test_<row>_x<scale>.yml`` names a colour denoiser), else ``'y'`` (the tables' protocol)."""
+    from mcnet_basicsr.utils.registration import ARCH_REGISTRY
+    from .evaluate import read_option
+    path = osp.join('options', f'test_{row}_x{scale}.yml')
+    if not osp.isfile(path):
+        return 'y'
+    arch = (read_option(path)['network_g'].get('denoiser') or {}).get('arch', 'DnCNN')
+    colour = arch != 'DnCNN' and getattr(ARCH_REGISTRY.get(arch), 'colour', False)
+    return 'rgb' if colour else 'y'
+
+
 def measure(args):
     """``args.rows`` x ``args.degradations`` x ``args.sets`` at ``args.scale``, merged into the JSON ``args.out``."""
     import torch
 
+    from mcnet_basicsr.archs.frozen_backbone import is_non_blind, non_blind_forward
     from mcnet_basicsr.data.degradations import degraded_lr_uint8
     from mcnet_basicsr.metrics.y_uint8 import y_uint8_metrics
     from mcnet_basicsr.ops import build_degradation
@@ -38,7 +54,7 @@ def measure(args):
     s = args.scale
     for row in args.rows:
         base, told = row.split('@')[0], row.endswith('@true')
-        net, consistent = build_row(base, s, device, args.tol, args.max_iter, channels='y')
+        net, consistent = build_row(base, s, device, args.tol, args.max_iter, channels=row_channels(base, s))
         if net is None:
             print(f'{row}: no options/test_{base}_x{s}.yml or no weights it names, skipped', flush=True)
             continue
@@ -54,7 +70,10 @@ def measure(args):
                     lr_rgb = degraded_lr_uint8(op, hr)[..., ::-1].transpose(2, 0, 1).astype(np.float32) / 255
                     lr = torch.from_numpy(np.ascontiguousarray(lr_rgb))[None].to(device)
                     with torch.no_grad():
-                        out = net(lr, operator=op) if told else net(lr)
+                        if is_non_blind(net):
+                            out = non_blind_forward(net, lr, op if told else build_degradation('matlab-bicubic', s))
+                        else:
+                            out = net(lr, operator=op) if told else net(lr)
                     y = luma(out.double().cpu())
                     psnrs[osp.basename(path)], ssims[osp.basename(path)] = y_uint8_metrics(y, hr, s)
                 cells[key] = dict(psnr=float(np.mean(list(psnrs.values()))), ssim=float(np.mean(list(ssims.values()))),
