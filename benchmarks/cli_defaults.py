@@ -38,6 +38,7 @@ def parse_args(argv):
     p.add_argument('--data', default='datasets', help='folder with Set5/HR')
     p.add_argument('--kernels', type=int, default=2, help='family kernels per case (seeded draws)')
     p.add_argument('--variants', nargs='+', default=list(VARIANTS), choices=VARIANTS)
+    p.add_argument('--resizers', nargs='+', default=list(RESIZERS), help='the resizers of the x4 resizer cases')
     p.add_argument('--cases', nargs='+', help='only these cases (e.g. "kernel x2", "pil-bicubic x4", "smooth")')
     p.add_argument('--device', default='cpu')
     p.add_argument('--out', required=True)
@@ -84,7 +85,7 @@ def problems(args):
                 hr = usrnet_mod_crop(photo, scale)
                 yield (f'kernel {case}', hr, measure(op, hr, noise255, i), {'kernel': kernel, 'noise': noise255},
                        scale)
-    for name in RESIZERS:
+    for name in args.resizers:
         op = build_degradation(name, 4)
         for i, photo in enumerate(photos):
             hr = usrnet_mod_crop(photo, 4)

@@ -22,7 +22,7 @@ def doc_text():
 
 # a Table R table: its header names the scale and (unless each row does) the sets, then the resizers
 HEADER = re.compile(r'^\| x(\d)(?:, ([A-Za-z0-9 /]+))? \| (.*) \|$')
-BACKBONES = {'IMDN': 'imdn', 'PAN': 'pan'}
+BACKBONES = {'IMDN': 'imdn', 'PAN': 'pan', 'FFDNetPnP': 'ffdnet_pnp'}
 
 
 def test_table_k_in_the_docs_is_the_records_rendered():
@@ -269,4 +269,10 @@ def test_kernel_priors_cli_table_is_its_record():
     results = json.loads((RECORDS / 'cli_defaults_set5_cpu.json').read_text())['results']
     assert len(rows) == len(results)
     for (label, values), entry in zip(rows, results.values()):
+        assert values == [f'{sum(entry[k]) / len(entry[k]):.2f}' for k in ('bicubic', 'ffdnet', 'srcnn')], label
+    aliasing = _table_after(lines, '| LR made by, x4 | bicubic upsampling | `--backbone ffdnet_pnp` | '
+                                   '`--backbone srcnn` |')
+    results = json.loads((RECORDS / 'cli_defaults_aliasing_set5_cpu.json').read_text())['results']
+    assert [label.strip('`') + ' x4' for label, _ in aliasing] == list(results)
+    for (label, values), entry in zip(aliasing, results.values()):
         assert values == [f'{sum(entry[k]) / len(entry[k]):.2f}' for k in ('bicubic', 'ffdnet', 'srcnn')], label
