@@ -38,7 +38,8 @@ def parse_args(argv):
     p.add_argument('--data', default='datasets', help='folder with Set5/HR')
     p.add_argument('--kernels', type=int, default=2, help='family kernels per case (seeded draws)')
     p.add_argument('--variants', nargs='+', default=list(VARIANTS), choices=VARIANTS)
-    p.add_argument('--resizers', nargs='+', default=list(RESIZERS), help='the resizers of the x4 resizer cases')
+    p.add_argument('--resizers', nargs='+', default=list(RESIZERS), help='the resizers of the resizer cases')
+    p.add_argument('--resizer-scales', type=int, nargs='+', default=[4], help='the scales of the resizer cases')
     p.add_argument('--cases', nargs='+', help='only these cases (e.g. "kernel x2", "pil-bicubic x4", "smooth")')
     p.add_argument('--device', default='cpu')
     p.add_argument('--out', required=True)
@@ -85,11 +86,12 @@ def problems(args):
                 hr = usrnet_mod_crop(photo, scale)
                 yield (f'kernel {case}', hr, measure(op, hr, noise255, i), {'kernel': kernel, 'noise': noise255},
                        scale)
-    for name in args.resizers:
-        op = build_degradation(name, 4)
-        for i, photo in enumerate(photos):
-            hr = usrnet_mod_crop(photo, 4)
-            yield f'{name} x4', hr, measure(op, hr, 0.0, i), {'degradation': name}, 4
+    for scale in args.resizer_scales:
+        for name in args.resizers:
+            op = build_degradation(name, scale)
+            for i, photo in enumerate(photos):
+                hr = usrnet_mod_crop(photo, scale)
+                yield f'{name} x{scale}', hr, measure(op, hr, 0.0, i), {'degradation': name}, scale
     from skimage import data
     photo, top, left, size = SMOOTH_CROP
     hr = getattr(data, photo)()[top:top + size, left:left + size]
@@ -133,8 +135,9 @@ def main(argv=None):
             entry.setdefault(f'{variant} seconds', []).append(time.perf_counter() - t0)
         line = '  '.join(f'{k} {np.mean(v):.2f}' for k, v in entry.items() if 'seconds' not in k)
         print(f'{case:>20} ({len(entry["bicubic"])} images)  {line}', flush=True)
-        record = {'protocol': 'Set5 (family kernels, seed 2024; resizers x4) and a smooth crop, 8-bit LR PNG, '
-                              'mcnet-sr in process, PSNR RGB uint8 border s^2',
+        resizer_scales = ', '.join(f'x{s}' for s in args.resizer_scales)
+        record = {'protocol': f'Set5 (family kernels, seed 2024; resizers {resizer_scales}) and a smooth crop, '
+                              '8-bit LR PNG, mcnet-sr in process, PSNR RGB uint8 border s^2',
                   'device': device_name(torch.device(args.device)), 'results': results}
         with open(args.out, 'w') as f:
             json.dump(record, f, indent=1)

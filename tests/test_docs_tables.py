@@ -276,3 +276,9 @@ def test_kernel_priors_cli_table_is_its_record():
     assert [label.strip('`') + ' x4' for label, _ in aliasing] == list(results)
     for (label, values), entry in zip(aliasing, results.values()):
         assert values == [f'{sum(entry[k]) / len(entry[k]):.2f}' for k in ('bicubic', 'ffdnet', 'srcnn')], label
+    small = _table_after(lines, '| LR made by, x2 / x3 | bicubic upsampling | `--backbone ffdnet_pnp` | '
+                                '`--backbone srcnn` |')
+    results = json.loads((RECORDS / 'cli_defaults_resizers_x23_set5_cpu.json').read_text())['results']
+    assert [label.replace('`', '').replace(',', '') for label, _ in small] == list(results)
+    for (label, values), entry in zip(small, results.values()):
+        assert values == [f'{sum(entry[k]) / len(entry[k]):.2f}' for k in ('bicubic', 'ffdnet', 'srcnn')], label
