@@ -259,26 +259,27 @@ def test_kernel_priors_table_k_tables_are_their_records():
         assert hqs["the layer's solves that reached the tolerance"][f] == reached_tol
 
 
-def test_kernel_priors_cli_table_is_its_record():
-    """docs/shipped_prior.md's table of what mcnet-sr gives (benchmarks/cli_defaults.py): every PSNR is its record's
-    mean to two decimals, one row per recorded case, in the record's order."""
-    lines = _prior_pages_lines()
-    header = ('| LR made by | bicubic upsampling | `--backbone ffdnet_hqs` (kernels) / `ffdnet_pnp` (resizers) | '
-              '`--backbone srcnn` |')
+def _cli_rows(lines, header, record):
+    """The rows of the cli_defaults.py table under ``header`` beside the cases of ``record``, each row's PSNRs checked
+    to be its case's means (bicubic, ffdnet, srcnn) to two decimals, one row per case in the record's order; returns
+    the row labels."""
     rows = _table_after(lines, header)
-    results = json.loads((RECORDS / 'cli_defaults_set5_cpu.json').read_text())['results']
-    assert len(rows) == len(results)
+    results = json.loads((RECORDS / record).read_text())['results']
+    assert len(rows) == len(results), record
     for (label, values), entry in zip(rows, results.values()):
         assert values == [f'{sum(entry[k]) / len(entry[k]):.2f}' for k in ('bicubic', 'ffdnet', 'srcnn')], label
-    aliasing = _table_after(lines, '| LR made by, x4 | bicubic upsampling | `--backbone ffdnet_pnp` | '
-                                   '`--backbone srcnn` |')
-    results = json.loads((RECORDS / 'cli_defaults_aliasing_set5_cpu.json').read_text())['results']
-    assert [label.strip('`') + ' x4' for label, _ in aliasing] == list(results)
-    for (label, values), entry in zip(aliasing, results.values()):
-        assert values == [f'{sum(entry[k]) / len(entry[k]):.2f}' for k in ('bicubic', 'ffdnet', 'srcnn')], label
-    small = _table_after(lines, '| LR made by, x2 / x3 | bicubic upsampling | `--backbone ffdnet_pnp` | '
-                                '`--backbone srcnn` |')
-    results = json.loads((RECORDS / 'cli_defaults_resizers_x23_set5_cpu.json').read_text())['results']
-    assert [label.replace('`', '').replace(',', '') for label, _ in small] == list(results)
-    for (label, values), entry in zip(small, results.values()):
-        assert values == [f'{sum(entry[k]) / len(entry[k]):.2f}' for k in ('bicubic', 'ffdnet', 'srcnn')], label
+    return [label for label, _ in rows], list(results)
+
+
+def test_kernel_priors_cli_table_is_its_record():
+    """docs/shipped_prior.md's tables of what mcnet-sr gives (benchmarks/cli_defaults.py): every PSNR is its record's
+    mean to two decimals, one row per recorded case, in the record's order."""
+    lines = _prior_pages_lines()
+    _cli_rows(lines, '| LR made by | bicubic upsampling | `--backbone ffdnet_hqs` (kernels) / `ffdnet_pnp` '
+              '(resizers) | `--backbone srcnn` |', 'cli_defaults_set5_cpu.json')
+    labels, cases = _cli_rows(lines, '| LR made by, x4 | bicubic upsampling | `--backbone ffdnet_pnp` | '
+                              '`--backbone srcnn` |', 'cli_defaults_aliasing_set5_cpu.json')
+    assert [label.strip('`') + ' x4' for label in labels] == cases
+    labels, cases = _cli_rows(lines, '| LR made by, x2 / x3 | bicubic upsampling | `--backbone ffdnet_pnp` | '
+                              '`--backbone srcnn` |', 'cli_defaults_resizers_x23_set5_cpu.json')
+    assert [label.replace('`', '').replace(',', '') for label in labels] == cases
