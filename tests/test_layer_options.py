@@ -16,6 +16,11 @@ def test_beta_forms():
         BetaOptions.from_options(0)
     with pytest.raises(ValueError, match='beta must be a number or'):
         BetaOptions.from_options('small')
+    assert BetaOptions.from_options({'init': 3, 'noise': True, 'slope': 1}).slope == 1.0
+    with pytest.raises(ValueError, match='beta slope 0.5 needs noise: true'):
+        BetaOptions.from_options({'slope': 0.5})
+    with pytest.raises(ValueError, match='beta slope must be a number'):
+        BetaOptions.from_options({'noise': True, 'slope': 'steep'})
 
 
 def test_network_weights_and_start_forms():

@@ -406,6 +406,20 @@ def test_noise_beta_is_beta_times_exp_slope_per_sample(backbone_ckpt, monkeypatc
     assert float((out[1] - flat[1]).abs().max()) > 1e-4  # noise 4/255: beta * exp(-0.3 * 4), another output
 
 
+def test_noise_beta_slope_option_sets_a_fixed_schedule(backbone_ckpt, tmp_path):
+    net = make_net(backbone_ckpt, beta={'init': 3.0, 'learn': False, 'noise': True, 'slope': math.log(10 / 3) / 2.55},
+                   eps_rms=0.002)
+    assert not net.log_beta_slope.requires_grad
+    for sigma255, beta in ((0.0, 3.0), (2.55, 10.0), (7.65, 1000 / 9)):
+        assert float(net.beta_at(sigma255 / 255)) == pytest.approx(beta, rel=1e-5)
+    # a checkpoint saved without a slope keeps the option's schedule
+    plain = make_net(backbone_ckpt, beta=3.0, eps_rms=0.002)
+    torch.save({'params': plain.state_dict()}, tmp_path / 'plain.pth')
+    from mcnet_basicsr.utils.checkpoint import load_network
+    load_network(net, str(tmp_path / 'plain.pth'))
+    assert float(net.beta_at(2.55 / 255)) == pytest.approx(10.0, rel=1e-5)
+
+
 def test_noise_beta_slope_gradient_matches_finite_differences(backbone_ckpt, monkeypatch):
     net = make_net(backbone_ckpt, beta={'init': 0.1, 'noise': True}, eps_rms=0.002,
                    settings={'solver': {'forward': {'tol': 1e-14, 'max_iter': 1000},

@@ -16,13 +16,16 @@ class BetaOptions:
         learn (bool): Whether beta is trained (stored as ``log_beta``). Default: True.
         noise (bool): Let beta depend on the noise level of each sample, ``beta(sigma) = beta exp(g 255 sigma)``,
             ``sigma`` the noise std of the values a solve makes consistent (each of R, G, B; on Y that of Y) given to
-            ``run``/``forward``, with ``g`` learned with beta (stored as ``log_beta_slope``, starting at 0); without
-            noise the layer is the same. Default: False.
+            ``run``/``forward``, with ``g`` learned with beta (stored as ``log_beta_slope``, starting at ``slope``);
+            without noise the layer is the same. Default: False.
+        slope (float): With ``noise``, the initial ``g`` (per unit of 255 sigma): 0 gives every noise level the same
+            beta; with ``learn: false`` it is the layer's fixed schedule. Default: 0.
     """
 
     init: float = 0.01
     learn: bool = True
     noise: bool = False
+    slope: float = 0.0
 
     def __post_init__(self):
         init = self.init
@@ -32,6 +35,12 @@ class BetaOptions:
         for key in ('learn', 'noise'):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f'beta {key} must be true or false, got {getattr(self, key)!r}.')
+        slope = self.slope
+        if isinstance(slope, bool) or not isinstance(slope, (int, float)):
+            raise ValueError(f'beta slope must be a number, got {slope!r}.')
+        if slope and not self.noise:
+            raise ValueError(f'beta slope {slope} needs noise: true (beta depends on the noise level only then).')
+        object.__setattr__(self, 'slope', float(slope))
 
     @classmethod
     def from_options(cls, beta):
@@ -43,9 +52,9 @@ class BetaOptions:
             return cls()
         if isinstance(beta, (int, float)) and not isinstance(beta, bool):
             return cls(init=beta)
-        keys = ('init', 'learn', 'noise')
+        keys = ('init', 'learn', 'noise', 'slope')
         if not isinstance(beta, dict):
-            raise ValueError(f'beta must be a number or {{init, learn, noise}}, got {beta!r}.')
+            raise ValueError(f'beta must be a number or {{init, learn, noise, slope}}, got {beta!r}.')
         unknown = [k for k in beta if k not in keys]
         if unknown:
             raise ValueError(f'Unknown beta option(s) {unknown}; allowed are {list(keys)}.')

@@ -42,15 +42,15 @@ class LayerRecordMixin:
                               error_msgs):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
-        # layers saved before the record existed load unchecked; a layer without a noise slope is one with slope 0
+        # layers saved before the record existed load unchecked; one without a noise slope keeps the option's slope
         for key in self.OPTIONAL_KEYS:
             if prefix + key in missing_keys:
                 missing_keys.remove(prefix + key)
 
     def optional_state_keys(self):
         """Entries of ``state_dict()`` a checkpoint may lack: the saved record, the noise slope of beta (a layer saved
-        without one has slope 0), and the start's weights (a layer saved without a start keeps the one this arch was
-        built with)."""
+        without one keeps the ``beta`` option's ``slope``, 0 unless set), and the start's weights (a layer saved
+        without a start keeps the one this arch was built with)."""
         return [k for k in self.state_dict() if k.endswith(self.OPTIONAL_KEYS) or k.startswith('start.')]
 
 

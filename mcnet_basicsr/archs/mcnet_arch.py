@@ -73,7 +73,7 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, PriorMixin
         eps_rms (float | None): The same per LR pixel: ``eps = eps_rms * sqrt(#LR pixels)``.
             Give at most one of ``eps``/``eps_rms``; neither means exact consistency (eps = 0).
         rho (float): ADMM penalty, > 0. Default: 1.0.
-        beta (float | dict | BetaOptions | None): The initial beta, or ``{init, learn, noise}``
+        beta (float | dict | BetaOptions | None): The initial beta, or ``{init, learn, noise, slope}``
             (:class:`~mcnet_basicsr.archs.layer_options.BetaOptions`: 0.01, learned, independent of noise). Default:
             None (the defaults).
         denoiser (dict | DenoiserOptions | None): The prior R, ``{arch, level, <its options>, path}``
@@ -111,7 +111,7 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, PriorMixin
         self._settings = LayerSettings.from_options(settings)
         self.frozen = FrozenBackbone.from_options(backbone, self.scale, owner='MCNetArch')
         self.log_beta = nn.Parameter(torch.tensor(math.log(beta.init)), requires_grad=beta.learn)
-        self.log_beta_slope = nn.Parameter(torch.zeros(()), requires_grad=beta.learn) if beta.noise else None
+        self.log_beta_slope = nn.Parameter(torch.tensor(beta.slope), requires_grad=beta.learn) if beta.noise else None
 
         self.denoiser, self.prior_level = build_prior(denoiser)
         if getattr(self.denoiser, 'colour', False) and channels != 'rgb':
