@@ -60,6 +60,9 @@ class ChannelBalls:
     def __call__(self, x):
         return unfold_channels(self.per_channel(fold_channels(x)), self.channels)
 
+    def adjoint(self, y, hr_size=None):
+        return unfold_channels(self.per_channel.adjoint(fold_channels(y), hr_size), self.channels)
+
     def project(self, x, b, eps):
         return unfold_channels(self.per_channel.project(fold_channels(x), fold_channels(b), eps), self.channels)
 

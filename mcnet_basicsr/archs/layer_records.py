@@ -49,16 +49,22 @@ class LayerRecordMixin:
 
     def optional_state_keys(self):
         """Entries of ``state_dict()`` a checkpoint may lack: the saved record, the noise slope of beta (a layer saved
-        without one keeps the ``beta`` option's ``slope``, 0 unless set), and the start's weights (a layer saved
-        without a start keeps the one this arch was built with)."""
-        return [k for k in self.state_dict() if k.endswith(self.OPTIONAL_KEYS) or k.startswith('start.')]
+        without one keeps the ``beta`` option's ``slope``, 0 unless set), the start's weights (a layer saved
+        without a start keeps the one this arch was built with) and the hyper-network's (a layer saved without one
+        starts as itself)."""
+        return [k for k in self.state_dict() if k.endswith(self.OPTIONAL_KEYS) or k.startswith(('start.', 'hyper.'))]
 
 
-def keep_own_start(layer, incompatible):
-    """A load_state_dict post-hook: a layer checkpoint without any of the start's entries loads strictly and leaves
-    the start as it is (from ``start: {path}``, or the identity); one with some of them only is still refused."""
-    names = [f'start.{k}' for k in layer.start.state_dict()]
-    missing = [k for k in incompatible.missing_keys if any(k == n or k.endswith('.' + n) for n in names)]
-    if len(missing) == len(names):
-        for k in missing:
-            incompatible.missing_keys.remove(k)
+def keep_own(name):
+    """A load_state_dict post-hook for the submodule ``name`` (``start``, ``hyper``): a layer checkpoint without any of
+    its entries loads strictly and leaves it as it is (a learned start from ``start: {path}`` or the identity; a
+    hyper-network at its start, the layer without one); one with some of them only is still refused."""
+
+    def hook(layer, incompatible):
+        names = [f'{name}.{k}' for k in getattr(layer, name).state_dict()]
+        missing = [k for k in incompatible.missing_keys if any(k == n or k.endswith('.' + n) for n in names)]
+        if len(missing) == len(names):
+            for k in missing:
+                incompatible.missing_keys.remove(k)
+
+    return hook

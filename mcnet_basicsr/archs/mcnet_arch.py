@@ -12,9 +12,10 @@ from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 from mcnet_basicsr.utils.tiling import apply_tiled, needs_tiling
 from .frozen_backbone import FrozenBackbone, FrozenBackboneMixin
 from .layer_core import ADMMLayer, check_lr, eps_repr
+from .layer_hyper import LayerHyper
 from .layer_options import BetaOptions, DenoiserOptions
 from .layer_prior import PriorMixin, build_prior
-from .layer_records import LayerRecordMixin, keep_own_start
+from .layer_records import LayerRecordMixin, keep_own
 from .layer_settings import LayerSettings, SettingsMixin
 from .learned_start_arch import StartOptions, build_start_network, load_start_network
 
@@ -87,6 +88,11 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, PriorMixin
             point needs fewer iterations (fitted by :class:`~mcnet_basicsr.models.MCNetStartModel`; not trained with
             the layer). A layer checkpoint without ``start.*`` entries loads strictly and keeps this start. Default:
             None (``x0 = P_S(w)``).
+        hyper (dict | None): A hyper-network ``{hidden}``
+            (:class:`~mcnet_basicsr.archs.layer_hyper.LayerHyper`) that multiplies beta and the prior's level of each
+            sample by ``exp`` of a function of its noise level, the scale and its operator's aliased spectrum, learned
+            with the layer; it starts at zero (the same layer). A layer checkpoint without ``hyper.*`` entries loads
+            strictly and starts it there. Default: None (beta and the level depend on the noise alone).
         settings (dict | LayerSettings | None): How the layer runs
             (:class:`~mcnet_basicsr.archs.layer_settings.LayerSettings`: ``tile``, ``allow_tf32``,
             ``backbone_dtype``, ``extrapolation``, ``solver: {forward: {...}, backward: {...}}``). Default: None
@@ -103,6 +109,7 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, PriorMixin
                  beta=None,
                  denoiser=None,
                  start=None,
+                 hyper=None,
                  settings=None):
         super().__init__(operator, channels, eps, eps_rms, rho)
         beta = BetaOptions.from_options(beta)
@@ -121,7 +128,12 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, PriorMixin
         if start is not None and start.path is not None:
             load_start_network(self.start, start.path)
         if self.start is not None:
-            self.register_load_state_dict_post_hook(keep_own_start)
+            self.register_load_state_dict_post_hook(keep_own('start'))
+        if hyper is not None and (not isinstance(hyper, dict) or set(hyper) - {'hidden'}):
+            raise ValueError(f'hyper must be a dict of {{hidden}} or None, got {hyper!r}.')
+        self.hyper = None if hyper is None else LayerHyper(**hyper)
+        if self.hyper is not None:
+            self.register_load_state_dict_post_hook(keep_own('hyper'))
 
     @property
     def beta(self):
@@ -137,6 +149,15 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, PriorMixin
             if noise_sigma.dim():
                 noise_sigma = noise_sigma.view(-1, 1, 1, 1)
         return (self.log_beta + self.log_beta_slope * (255.0 * noise_sigma)).exp()
+
+    def solve_weights(self, w, operator, noise_sigma=None):
+        """``(beta, level)`` of the solve of the estimate ``w`` measured by ``operator`` with LR noise ``noise_sigma``:
+        :meth:`beta_at` and :meth:`level_at`, each times the hyper-network's factor per sample where there is one."""
+        beta, level = self.beta_at(noise_sigma), self.level_at(noise_sigma)
+        if self.hyper is None:
+            return beta, level
+        d_beta, d_level = self.hyper(operator, noise_sigma, *w.shape[:2])
+        return beta * d_beta, None if level is None else level * d_level
 
     def extra_repr(self):
         return (f'scale={self.scale}, operator={self.operator!r}, channels={self.channels!r}, '
@@ -177,8 +198,8 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, PriorMixin
                 if self.start is not None:
                     x0 = self.start_point(x0, b, eps, tile, operator)
         z0 = torch.cat([x0, torch.zeros_like(x0)], dim=1)
-        f = self.fixed_point_map(w, b, eps, tile, operator=operator, beta=self.beta_at(noise_sigma),
-                                 level=self.level_at(noise_sigma))
+        beta, level = self.solve_weights(w, operator, noise_sigma)
+        f = self.fixed_point_map(w, b, eps, tile, operator=operator, beta=beta, level=level)
         return f, z0, eps
 
     def solve(self, w, b, operator=None, noise_sigma=None, settings=None):
@@ -200,7 +221,8 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, PriorMixin
         f, z0, eps = self.fixed_point_problem(w, b, s.tile, operator=operator, noise_sigma=noise_sigma)
         if s.extrapolation and not torch.is_grad_enabled():
             z_k, fz_k, fwd_stats = solve(f, z0, s.forward_solver, with_image=True, observer=s.observer)
-            z, bwd = f(self.extrapolated_iterate(z_k, fz_k, self.beta_at(noise_sigma))), BackwardStatsHolder()
+            beta = self.solve_weights(w, operator, noise_sigma)[0]
+            z, bwd = f(self.extrapolated_iterate(z_k, fz_k, beta)), BackwardStatsHolder()
         else:
             z, fwd_stats, bwd = implicit_fixed_point(f, z0, s.forward_solver, s.backward_solver, observer=s.observer)
         info = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}

@@ -34,8 +34,8 @@ class MCNetModel(ProtocolSRModel):
     validation, is inherited, through :class:`ProtocolSRModel`):
 
     * only the layer learns (the backbone is not a parameter of the arch); ``optim_g`` may carry
-      ``lr_beta`` to give the layer's scalars (``beta``, a prior's level) their own learning rate, and ``type``
-      may be any torch.optim class;
+      ``lr_beta`` to give the layer's scalars (``beta``, a prior's level) and its hyper-network their own
+      learning rate, and ``type`` may be any torch.optim class;
     * the pixel loss is taken on Y (``train.loss_channel: y``, default), where MCNet works; the
       backbone's Cb/Cr carry no gradient and would only add a constant offset to an RGB loss;
     * ``train.loss_crop_border`` (HR pixels, default 0) leaves a band along each edge of a training
@@ -108,7 +108,7 @@ class MCNetModel(ProtocolSRModel):
                 continue  # see model_to_device
             if not p.requires_grad:
                 get_root_logger().warning(f'Params {name} will not be optimized.')
-            elif name in ('log_beta', 'log_beta_slope') or name.startswith('prior_level.'):  # the layer's scalars
+            elif name in ('log_beta', 'log_beta_slope') or name.startswith(('prior_level.', 'hyper.')):  # beta, level
                 beta.append(p)
             else:
                 others.append(p)
