@@ -156,7 +156,8 @@ def test_the_shipped_kernel_layer_is_consistent_and_never_below_its_backbone(pho
 @pytest.mark.slow
 def test_the_kernel_layer_recipe_trains_the_prior_beta_and_level(tmp_path):
     """options/train_mcnet_ffdnet_hqs_x2.yml through train_pipeline on two tiny photos: the prior learns at its rate,
-    beta and the level at lr_beta, and the checkpoint holds them (the backbone, frozen, is not in it)."""
+    beta, the level and the hyper-network at lr_beta, and the checkpoint holds them (the backbone, frozen, is not in
+    it)."""
     import cv2
     for folder, names, size in (('train', ('astronaut', 'coffee'), 48), ('val', ('chelsea', ), 32)):
         (tmp_path / folder).mkdir()
@@ -177,6 +178,7 @@ def test_the_kernel_layer_recipe_trains_the_prior_beta_and_level(tmp_path):
     assert not any(key.startswith('backbone.') for key in state)
     assert {'log_beta', 'log_beta_slope', 'prior_level.log_base', 'prior_level.log_gain'} <= set(state)
     assert abs(float(state['prior_level.log_base']) - math.log(5 / 255)) > 1e-3  # learned at lr_beta
+    assert float(state['hyper.net.4.bias'].abs().max()) > 1e-3  # the hyper-network, from zero, at lr_beta
     prior = FFDNet()
     prior.load_state_dict(torch.load(SHIPPED, map_location='cpu')['params'])
     moved = [float((state[f'denoiser.{k}'] - v).abs().max()) for k, v in prior.state_dict().items()]

@@ -152,6 +152,37 @@ def test_an_untrained_layer_serves_every_operator(backbone):
     assert pretrained.describe_layer(backbone, 2, 'kernels') == 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)'
 
 
+def test_a_trained_file_on_an_untrained_layers_card_loads_over_its_settings(tmp_path, monkeypatch):
+    """Where the card of a backbone with an untrained layer names a ``layer`` file (a trained FFDNetHQS layer), the
+    layer is built from the card's settings with the options the file fixes (a beta per noise level, a hyper-network
+    of its width) and loads the file: describe_layer and mcnet-sr's first line name the file."""
+    untrained = pretrained.build_pretrained_mcnet(2, backbone='ffdnet_hqs', family='kernels')
+    from mcnet_basicsr.archs.mcnet_arch import MCNetArch
+    weights = str(REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'ffdnet_rgb.pth')
+    trained = MCNetArch(backbone={'net': 'ffdnet_hqs', 'path': weights}, operator={'type': 'bicubic', 'scale': 2},
+                        channels='rgb', beta={'init': 2.0, 'noise': True},
+                        denoiser=dict(cards.untrained_layer('ffdnet_hqs')['denoiser'], path=weights),
+                        hyper={'hidden': 4})
+    with torch.no_grad():
+        trained.log_beta_slope.fill_(0.25)
+        trained.hyper.net[-1].bias.fill_(0.1)
+    torch.save({'params': trained.state_dict()}, tmp_path / 'mcnet_ffdnet_hqs_x2.pth')
+    card = dict(model_card('ffdnet_hqs', 2, 'kernels'), layer='mcnet_ffdnet_hqs_x2.pth')
+    monkeypatch.setitem(MODELS['backbones']['ffdnet_hqs']['kernels'], 2, card)
+    monkeypatch.setattr(pretrained, 'WEIGHTS_DIR', str(tmp_path))
+    real_path = pretrained.weight_path
+    monkeypatch.setattr(pretrained, 'weight_path',
+                        lambda name: weights if name == 'ffdnet_rgb.pth' else real_path(name))
+    net = pretrained.build_pretrained_mcnet(2, backbone='ffdnet_hqs', family='kernels')
+    assert net.hyper is not None and float(net.log_beta_slope.detach()) == pytest.approx(0.25)
+    assert float(net.beta) == pytest.approx(2.0) and float(untrained.beta) == pytest.approx(3.0)
+    assert float(net.hyper.net[-1].bias[0].detach()) == pytest.approx(0.1)
+    assert pretrained.describe_layer('ffdnet_hqs', 2, 'kernels') == 'mcnet_ffdnet_hqs_x2.pth'
+    assert pretrained.describe_layer('ffdnet_hqs', 3, 'kernels') == 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)'
+    assert pretrained.layer_file_options(trained.state_dict()) == {'beta': {'noise': True}, 'hyper': {'hidden': 4}}
+    assert pretrained.layer_file_options(untrained.state_dict()) == {'beta': {'noise': False}}
+
+
 def _cell_key(cells, row, scale, resizer, dataset, same):
     """The key of the recorded cell of ``row`` on LR made by ``resizer``, or by a resizer with the same operator (its
     own name first); None where none is recorded."""

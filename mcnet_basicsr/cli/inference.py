@@ -83,7 +83,7 @@ from ..utils.image_files import (IMAGE_EXTENSIONS, ImageError, encode_png, find_
 from ..utils.progress import solver_progress
 from ..utils.tiling import global_ops, needs_tiling, tiles
 from ..zoo.pretrained import (TRAINED_FOR, backbone_name, build_pretrained_mcnet, check_available, default_eps_rms,
-                              describe_layer, untrained_layer)
+                              describe_layer, layer_file, layer_file_options)
 from .measurement import resolve_measurement
 from .options import UsageError, one_line, parse_command, print_error
 
@@ -246,15 +246,15 @@ def get_model(scale, device, backbone_path=None, weights_path=None, backbone='sr
             read_checkpoint(backbone_path)
         except CheckpointError as err:
             raise UsageError(f'backbone {err}') from None
-    # a layer given by file: the model is built for it (a beta per noise level or not) and loads it below
+    # a layer given by file: the model is built for it (a beta per noise level, a hyper-network) and loads it below
     layer_file = read_layer_weights(weights_path) if weights_path is not None else None
-    beta_noise = layer_file is not None and 'log_beta_slope' in layer_file[1]
+    file_options = layer_file_options(layer_file[1]) if layer_file is not None else None
     _start_cuda_in_background(device)
     try:
         # the shipped learned start was fitted to the shipped layer: another layer's solve begins at P_S(w)
         model = build_pretrained_mcnet(scale, device='cpu', backbone_path=backbone_path, backbone=backbone,
                                        start=weights_path is None, eps_rms=eps_rms, channels=channels,
-                                       family=family, layer=weights_path is None, beta_noise=beta_noise)
+                                       family=family, layer=weights_path is None, file_options=file_options)
     except FileNotFoundError as err:
         raise UsageError(one_line(err)) from None
     except Exception as err:
@@ -290,7 +290,7 @@ def model_line(args, measurement):
     untrained layer's prior and beta) and ``A``."""
     if args.weights is None:
         layer = f'layer {describe_layer(args.backbone, args.scale, measurement.family)}'
-        if untrained_layer(args.backbone) is None:  # an untrained layer says so itself
+        if layer_file(args.backbone, args.scale, measurement.family):  # an untrained layer says so itself
             layer += f' (trained for {TRAINED_FOR[measurement.family]})'
     else:
         layer = f'layer {args.weights}'

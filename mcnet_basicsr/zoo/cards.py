@@ -35,13 +35,19 @@ def model_card(backbone, scale, family='bicubic'):
     return MODELS['backbones'].get(backbone, {}).get(MODELS['families'][family], {}).get(scale)
 
 
+def layer_file(backbone, scale, family='bicubic'):
+    """The shipped layer file of the card ``backbone`` x``scale`` of ``family`` (its ``layer``), or None: no card,
+    or a backbone's untrained layer serves it."""
+    return (model_card(backbone, scale, family) or {}).get('layer')
+
+
 def describe_layer(backbone, scale, family='bicubic', quote=str):
     """What the layer of ``family`` that ships for ``backbone`` x``scale`` is, in words: its file, or for an untrained
     layer its prior and beta, e.g. 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)' (file names through
     ``quote``)."""
     layer = untrained_layer(backbone)
-    if layer is None:
-        return quote(model_card(backbone, scale, family)['layer'])
+    if layer is None or layer_file(backbone, scale, family):
+        return quote(layer_file(backbone, scale, family))
     denoiser = layer['denoiser']
     return f"{denoiser['arch']} prior {quote(denoiser['path'])}, beta {layer['beta']['init']:g} (untrained)"
 

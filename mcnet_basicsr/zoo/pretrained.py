@@ -34,8 +34,8 @@ from ..ops import QUANTIZATION_EPS_RMS
 from ..utils.checkpoint import load_network, load_state_dict
 from ..utils.paths import SHIPPED_WEIGHTS_DIR as WEIGHTS_DIR
 from ..utils.registration import build_network
-from .cards import (BACKBONES, MODELS, SCALES, backbone_name, describe_layer, model_card,  # noqa: F401  (also theirs)
-                    untrained_layer)
+from .cards import (BACKBONES, MODELS, SCALES, backbone_name, describe_layer, layer_file,  # noqa: F401  (also theirs)
+                    model_card, untrained_layer)
 
 # the radius names a card may give (eps_rms); None is exact consistency
 EPS_RMS = {None: None, 'quantization': QUANTIZATION_EPS_RMS}
@@ -93,6 +93,15 @@ def _backbone_file(backbone, card):
     return MODELS['backbones'][backbone].get('backbone') or card['backbone']
 
 
+def layer_file_options(state):
+    """MCNetArch's options that a layer checkpoint's entries fix (``state`` its state dict): its beta per noise level
+    (``log_beta_slope``) and its hyper-network and width (``hyper.*``)."""
+    options = {'beta': {'noise': 'log_beta_slope' in state}}
+    if 'hyper.net.0.weight' in state:
+        options['hyper'] = {'hidden': int(state['hyper.net.0.weight'].shape[0])}
+    return options
+
+
 def untrained_layer_options(backbone):
     """MCNetArch's options of ``backbone``'s untrained layer (its card's ``untrained_layer``), with the paths of the
     shipped files it names; None where its layers are files."""
@@ -137,7 +146,8 @@ def check_available(backbone, scale, backbone_path=None, family='bicubic'):
 
 
 def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, eps_rms=None, solver=None,
-                           backbone='srcnn', start=True, channels=None, family='bicubic', layer=True, beta_noise=False):
+                           backbone='srcnn', start=True, channels=None, family='bicubic', layer=True,
+                           file_options=None):
     """MCNet (shipped layer) on a shipped backbone at ``scale``.
 
     Args:
@@ -160,8 +170,9 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
             operator and the noise level per call (``run(lr, operator, noise_sigma)``), as its beta depends on the
             noise; 'resizers': its layer trained for LR made by a mix of resizers (the cards' ``resizers``; Y
             consistent in training): give it the resizer as the operator.
-        layer (bool): load the shipped layer; False builds the model for a layer the caller loads, which has a beta
-            per noise level if ``beta_noise``. An untrained layer is built from its card's settings either way.
+        layer (bool): load the shipped layer; False builds the model for a layer the caller loads, with the options
+            its file fixes (``file_options``, :func:`layer_file_options`). A card of a backbone with an untrained layer
+            builds it from its card's settings, and loads the card's ``layer`` file over them where it names one.
     """
     check_available(backbone, scale, backbone_path, family)
     card = model_card(backbone, scale, family)
@@ -172,10 +183,10 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         raise ValueError(f'{backbone}: unknown untrained_layer option(s) {unknown} in its model card; allowed are '
                          f'{sorted(UNTRAINED_LAYER_KEYS)}.')
     layer_channels = layer_options.pop('channels', 'y')
-    beta = dict(layer_options.pop('beta', {}), noise=beta_noise)
-    layer_path = weight_path(card['layer']) if layer and untrained_layer(backbone) is None else None
-    if layer_path:
-        beta = {'noise': 'log_beta_slope' in load_state_dict(layer_path)}  # its beta per noise level, if it learned one
+    shipped = layer_file(backbone, scale, family) if layer else None
+    layer_path = weight_path(shipped) if shipped else None
+    file_options = layer_file_options(load_state_dict(layer_path)) if layer_path else dict(file_options or {})
+    beta = dict(layer_options.pop('beta', {}), **file_options.pop('beta', {}))
     net = MCNetArch(
         backbone={'net': backbone, 'path': backbone_path or weight_path(_backbone_file(backbone, card))},
         operator={'type': 'bicubic', 'scale': scale},
@@ -185,7 +196,7 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         beta=beta,
         start=dict(START_OPTIONS, path=weight_path(start_file)) if start_file else None,
         settings={'solver': {'forward': dict({'preset': 'fast'}, **(solver or {}))}},
-        **layer_options)  # an untrained layer's rho and denoiser
+        **layer_options, **file_options)  # an untrained layer's rho and denoiser; a file's hyper-network
     if layer_path:
         load_network(net, layer_path)  # a layer file: the start keeps its weights
     return net.eval().to(device)
