@@ -10,7 +10,7 @@ import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from mcnet_basicsr.archs.layer_core import ChannelBalls
 from mcnet_basicsr.archs.layer_hyper import BAND_EDGES, GRID, LayerHyper, aliased_spectrum_bands
 from mcnet_basicsr.ops import build_operator
-from test_colour_prior import DT, blur, colour_layer, kernel
+from test_colour_prior import DT, blur, colour_layer, implicit_and_unrolled_gradients, kernel
 
 
 def bands_of_power(power, grid):
@@ -88,16 +88,7 @@ def test_hyper_gradient_matches_unrolled():
     balls, b, w, sigma = problem()
     r = torch.randn(w.shape, generator=torch.Generator().manual_seed(5), dtype=DT)
     params = [net.hyper.net[0].weight, net.hyper.net[-1].weight, net.hyper.net[-1].bias]
-    with torch.enable_grad():
-        x, info = net.solve(w, b, operator=balls, noise_sigma=sigma)
-        implicit = torch.autograd.grad((x * r).sum(), params)
-    assert bool(info['forward'].converged.all()) and bool(info['backward'].stats.converged.all())
-    f, z, _ = net.fixed_point_problem(w, b, operator=balls, noise_sigma=sigma)
-    with torch.enable_grad():
-        for _ in range(500):
-            z_prev, z = z, f(z)
-        assert float((z - z_prev).detach().norm() / z.detach().norm()) < 1e-12
-        unrolled = torch.autograd.grad((z[:, :3] * r).sum(), params)
+    implicit, unrolled = implicit_and_unrolled_gradients(net, w, b, balls, sigma, r, params)
     for name, a, u in zip(('first weight', 'last weight', 'last bias'), implicit, unrolled):
         assert float(u.norm()) > 1e-8, name
         torch.testing.assert_close(a, u, rtol=1e-6, atol=1e-9 * float(u.abs().max()), msg=name)
