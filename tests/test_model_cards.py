@@ -66,11 +66,12 @@ def test_defaults_per_family_of_lr_run_on_shipped_weights_alone():
 @pytest.mark.parametrize('backbone, scale', KERNEL_CARDS)
 def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, scale):
     """Each layer trained on blur kernels ships, and its card's CBSD68 score is the noise-free row mean of its Table K
-    record (docs/degradations.md): the row and option file ``mcnet_<backbone>_kernels``, or for an untrained layer
-    ``mcnet_<backbone>`` (``options/test_mcnet_<backbone>_x<s>.yml``, no layer file), whose card's score is ``~``
-    exactly while no record holds its row."""
+    record (docs/degradations.md): the row and option file ``mcnet_<backbone>_kernels`` (also where a backbone with
+    an untrained layer ships a trained file for a scale), or for an untrained layer ``mcnet_<backbone>``
+    (``options/test_mcnet_<backbone>_x<s>.yml``, no layer file); a card's score is ``~`` exactly while no record
+    holds its row."""
     card = model_card(backbone, scale, 'kernels')
-    untrained = backbone in UNTRAINED
+    untrained = backbone in UNTRAINED and 'layer' not in card  # a backbone's untrained layer, or its trained file
     assert set(card) - {'degradations'} == {'tol', 'extrapolation', 'cbsd68'} | (set() if untrained else {'layer'})
     assert isinstance(card['tol'], float) and 0 < card['tol'] < 1 and isinstance(card['extrapolation'], float)
     assert cards.model_card(backbone, scale, 'kernels') == card
@@ -96,7 +97,8 @@ def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, s
 def test_untrained_layers_are_their_option_files(backbone):
     """An untrained layer's card and ``options/test_mcnet_<backbone>_x<s>.yml`` say the same: backbone arch and file,
     channels, rho, beta, prior (arch, level, file), radius and tolerance; and ``build_pretrained_mcnet`` builds the
-    network that option file builds, weights and beta included, at every scale of its kernel and resizer cards."""
+    network that option file builds (layer=False: not a trained file a card may name), weights and beta included, at
+    every scale of its kernel and resizer cards."""
     from mcnet_basicsr.archs.backbone_presets_arch import backbone_type
     from mcnet_basicsr.utils.registration import build_network
     entry, layer = MODELS['backbones'][backbone], cards.untrained_layer(backbone)
@@ -119,7 +121,7 @@ def test_untrained_layers_are_their_option_files(backbone):
         for part in (net_opt['backbone'], net_opt['denoiser']):
             part['path'] = str(REPO_ROOT / part['path'])
         from_option = build_network(net_opt)
-        from_card = pretrained.build_pretrained_mcnet(scale, backbone=backbone, family='kernels',
+        from_card = pretrained.build_pretrained_mcnet(scale, backbone=backbone, family='kernels', layer=False,
                                                       eps_rms=pretrained.default_eps_rms(backbone))
         assert (from_card.channels, from_card.rho, from_card.scale) == (from_option.channels, from_option.rho, scale)
         assert from_card.eps_rms == pytest.approx(from_option.eps_rms, rel=1e-4)
