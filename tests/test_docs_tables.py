@@ -283,3 +283,21 @@ def test_kernel_priors_cli_table_is_its_record():
     labels, cases = _cli_rows(lines, '| LR made by, x2 / x3 | bicubic upsampling | `--backbone ffdnet_pnp` | '
                               '`--backbone srcnn` |', 'cli_defaults_resizers_x23_set5_cpu.json')
     assert [label.replace('`', '').replace(',', '') for label in labels] == cases
+
+
+def test_layer_training_table_is_its_log():
+    """The training table of docs/shipped_prior.md: each iteration's Set5 validation is the one in the recipe's log
+    (validated every 500 iterations), and the hyper-network's pilot runs are theirs."""
+    lines = _prior_pages_lines()
+    header = next(line for line in lines if line.startswith("| the recipe's Set5 validation, x2 | untrained |"))
+    iterations = [int(v.replace(',', '')) for v in header.strip('|').split('|')[2:]]
+    values = dict(_table_after(lines, header))['Y PSNR (dB)'][1:]
+
+    def validations(log):
+        return [float(v) for v in re.findall(r'Validation Set5: psnr_y_uint8 ([\d.]+) dB', (RECORDS / log).read_text())]
+
+    logged = validations('train_mcnet_ffdnet_hqs_x2_cpu.log')
+    assert values == [f'{logged[i // 500 - 1]:.2f}' for i in iterations]
+    page = (REPO_ROOT / 'docs' / 'shipped_prior.md').read_text()
+    pilot, hyper = (validations(f'train_mcnet_ffdnet_hqs_x2_pilot{v}_cpu.log')[-1] for v in ('', '_hyper'))
+    assert f'gives {hyper:.2f} against {pilot:.2f}' in page
