@@ -78,3 +78,32 @@ class LayerHyper(nn.Module):
 
     def extra_repr(self):
         return f'bands={len(BAND_EDGES) - 1}, grid={GRID}'
+
+
+class SolveWeightsMixin:
+    """For a layer with ``log_beta``, ``log_beta_slope`` (None: beta independent of noise), a prior's ``level_at``
+    and ``hyper`` (a :class:`LayerHyper` or None): the beta and level each solve uses."""
+
+    @property
+    def beta(self):
+        """beta without noise."""
+        return self.log_beta.exp()
+
+    def beta_at(self, noise_sigma=None):
+        """beta for samples with noise of std ``noise_sigma`` (None, a float, or an (N,) tensor: then (N, 1, 1, 1))."""
+        if self.log_beta_slope is None or noise_sigma is None:
+            return self.beta
+        if torch.is_tensor(noise_sigma):
+            noise_sigma = noise_sigma.to(self.log_beta)
+            if noise_sigma.dim():
+                noise_sigma = noise_sigma.view(-1, 1, 1, 1)
+        return (self.log_beta + self.log_beta_slope * (255.0 * noise_sigma)).exp()
+
+    def solve_weights(self, w, operator, noise_sigma=None):
+        """``(beta, level)`` of the solve of the estimate ``w`` measured by ``operator`` with LR noise ``noise_sigma``:
+        :meth:`beta_at` and :meth:`level_at`, each times the hyper-network's factor per sample where there is one."""
+        beta, level = self.beta_at(noise_sigma), self.level_at(noise_sigma)
+        if self.hyper is None:
+            return beta, level
+        d_beta, d_level = self.hyper(operator, noise_sigma, *w.shape[:2])
+        return beta * d_beta, None if level is None else level * d_level

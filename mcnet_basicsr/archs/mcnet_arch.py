@@ -1,6 +1,7 @@
 """MCNetArch: the network of MCNet. Its parts live beside it: the measurement and the ADMM map in ``layer_core``,
 the frozen backbone in ``frozen_backbone``, the checkpoint record in ``layer_records``, how it runs in
-``layer_settings`` and its grouped options in ``layer_options`` and ``learned_start_arch``."""
+``layer_settings``, beta and the prior's level per solve in ``layer_hyper`` and its grouped options in
+``layer_options`` and ``learned_start_arch``."""
 import math
 
 import torch
@@ -12,7 +13,7 @@ from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 from mcnet_basicsr.utils.tiling import apply_tiled, needs_tiling
 from .frozen_backbone import FrozenBackbone, FrozenBackboneMixin
 from .layer_core import ADMMLayer, check_lr, eps_repr
-from .layer_hyper import LayerHyper
+from .layer_hyper import LayerHyper, SolveWeightsMixin
 from .layer_options import BetaOptions, DenoiserOptions
 from .layer_prior import PriorMixin, build_prior
 from .layer_records import LayerRecordMixin, keep_own
@@ -21,7 +22,7 @@ from .learned_start_arch import StartOptions, build_start_network, load_start_ne
 
 
 @ARCH_REGISTRY.register()
-class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, PriorMixin, ADMMLayer):
+class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, SolveWeightsMixin, PriorMixin, ADMMLayer):
     """MCNet: a frozen SR backbone followed by a measurement-consistent implicit layer.
 
     Given LR ``b`` and the backbone's estimate ``w`` (Y channel), the layer returns the fixed
@@ -134,30 +135,6 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, PriorMixin
         self.hyper = None if hyper is None else LayerHyper(**hyper)
         if self.hyper is not None:
             self.register_load_state_dict_post_hook(keep_own('hyper'))
-
-    @property
-    def beta(self):
-        """beta without noise."""
-        return self.log_beta.exp()
-
-    def beta_at(self, noise_sigma=None):
-        """beta for samples with noise of std ``noise_sigma`` (None, a float, or an (N,) tensor: then (N, 1, 1, 1))."""
-        if self.log_beta_slope is None or noise_sigma is None:
-            return self.beta
-        if torch.is_tensor(noise_sigma):
-            noise_sigma = noise_sigma.to(self.log_beta)
-            if noise_sigma.dim():
-                noise_sigma = noise_sigma.view(-1, 1, 1, 1)
-        return (self.log_beta + self.log_beta_slope * (255.0 * noise_sigma)).exp()
-
-    def solve_weights(self, w, operator, noise_sigma=None):
-        """``(beta, level)`` of the solve of the estimate ``w`` measured by ``operator`` with LR noise ``noise_sigma``:
-        :meth:`beta_at` and :meth:`level_at`, each times the hyper-network's factor per sample where there is one."""
-        beta, level = self.beta_at(noise_sigma), self.level_at(noise_sigma)
-        if self.hyper is None:
-            return beta, level
-        d_beta, d_level = self.hyper(operator, noise_sigma, *w.shape[:2])
-        return beta * d_beta, None if level is None else level * d_level
 
     def extra_repr(self):
         return (f'scale={self.scale}, operator={self.operator!r}, channels={self.channels!r}, '
