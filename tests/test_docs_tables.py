@@ -209,7 +209,9 @@ def test_kernel_priors_table_k_tables_are_their_records():
     rows = dict(_table_after(lines, '| Table K, row means (CBSD68, 12 kernels) | x2 | x3 | x3, 2.55 | x3, 7.65 | x4 |'))
     record = 'kernel_table_mcnet_usrnet_tiny_h100.json'
     for f, family in enumerate(PRIOR_FAMILIES):
-        alone, layer = (_kernel_cells(record, row, family) for row in ('usrnet_tiny', 'mcnet_usrnet_tiny'))
+        # the noisy cells of the beta that grows with the noise: their own run
+        run = 'kernel_table_mcnet_usrnet_tiny_noisy_h100.json' if '_n' in family else record
+        alone, layer = (_kernel_cells(run, row, family) for row in ('usrnet_tiny', 'mcnet_usrnet_tiny'))
         assert rows['USRNet-tiny alone'][f] == f'{sum(c["psnr"] for c in alone) / 12:.3f}'
         assert rows['MCNet + USRNet-tiny, colour FFDNet, untrained'][f] == f'{sum(c["psnr"] for c in layer) / 12:.3f}'
         diffs = [b['psnr'] - a['psnr'] for a, b in zip(alone, layer)]
@@ -301,3 +303,19 @@ def test_layer_training_table_is_its_log():
     page = (REPO_ROOT / 'docs' / 'shipped_prior.md').read_text()
     pilot, hyper = (validations(f'train_mcnet_ffdnet_hqs_x2_pilot{v}_cpu.log')[-1] for v in ('', '_hyper'))
     assert f'gives {hyper:.2f} against {pilot:.2f}' in page
+
+
+def test_shipped_prior_times_are_their_record():
+    """The per-image times of docs/shipped_prior.md (one table process alone on the card) are the ranges of
+    benchmarks/records/kernel_speed_h100.json."""
+    cells = json.loads((RECORDS / 'kernel_speed_h100.json').read_text())['cells']
+    ms = {}
+    for key, cell in cells.items():
+        ms.setdefault(key.split('|')[0], []).append(1000 * cell['seconds'] / cell['images'])
+    text = ' '.join(' '.join(_prior_pages_lines()).split())
+    for label, row in (('USRNet-tiny', 'usrnet_tiny'), ('FFDNetHQS alone', 'ffdnet_hqs'),
+                       ('MCNet + FFDNetHQS', 'mcnet_ffdnet_hqs')):
+        assert f'{label} {min(ms[row]):.1f}-{max(ms[row]):.1f} ms' in text, label
+    ratios = [cells[k]['seconds'] / cells[k.replace('usrnet_tiny', 'mcnet_ffdnet_hqs')]['seconds']
+              for k in cells if k.startswith('usrnet_tiny|')]
+    assert f'which is {1 / max(ratios):.0f}-{1 / min(ratios):.0f} times USRNet-tiny' in text
