@@ -437,3 +437,63 @@ def test_implicit_without_grad_evaluates_f_only_in_the_solve():
     assert len(calls) == st.nfe and not holder.enabled
     z_star, _ = solve(f, torch.zeros(P.n, P.d, dtype=DT), cfg)
     assert torch.equal(z_out, f(z_star))
+
+
+# --------------------------------------------------------------------------- contraction rate
+
+
+def test_spectral_rate_is_each_samples_dominant_eigenvalue_and_differentiable():
+    """On an affine map per sample (symmetric, largest eigenvalue 0.5 and 0.95) the rate is that eigenvalue, its
+    gradient to a scale of the map is the eigenvalue (rate = s * rho), and nothing flows to z."""
+    from mcnet_basicsr.deq import spectral_rate
+    mats = torch.stack([_sym_contraction(30, 0.5, 1), _sym_contraction(30, 0.95, 2)])
+    scale = torch.tensor(1.0, dtype=DT, requires_grad=True)
+    shift = torch.randn(2, 30, dtype=DT, generator=_gen(3))
+
+    def f(z):
+        return scale * torch.einsum('nij,nj->ni', mats, z) + shift
+
+    z = torch.randn(2, 30, dtype=DT, generator=_gen(4), requires_grad=True)
+    rate, v = spectral_rate(f, z, steps=400, generator=_gen(5))
+    assert torch.allclose(rate, torch.tensor([0.5, 0.95], dtype=DT), atol=1e-6), rate
+    assert torch.allclose(v.pow(2).mean(dim=1), torch.ones(2, dtype=DT))
+    rate.sum().backward()
+    assert abs(float(scale.grad) - 1.45) < 1e-5
+    assert z.grad is None
+    few, _ = spectral_rate(f, z, steps=2, generator=_gen(5))
+    assert (few <= torch.tensor([0.5, 0.95], dtype=DT) + 1e-9).all()  # short power iteration: from below
+
+
+def test_jacobian_vector_matches_autograd_on_a_nonlinear_map():
+    from mcnet_basicsr.deq import jacobian_vector
+    w = torch.randn(20, 20, dtype=DT, generator=_gen(6)) / 5
+
+    def f(z):
+        return torch.tanh(z @ w.T) + 0.1 * z**2
+
+    z = torch.randn(3, 20, dtype=DT, generator=_gen(7))
+    v = torch.randn(3, 20, dtype=DT, generator=_gen(8))
+    _, exact = torch.autograd.functional.jvp(f, z, v)
+    assert torch.allclose(jacobian_vector(f, z, v, 1e-5), exact, atol=1e-8)
+
+
+def test_contraction_loss_is_zero_below_its_target_and_pulls_the_rate_down_above():
+    from mcnet_basicsr.losses.contraction_loss import ContractionLoss
+    q, _ = torch.linalg.qr(torch.randn(30, 30, dtype=DT, generator=_gen(9)))
+    ev = torch.cat([torch.tensor([0.8], dtype=DT), 0.4 * torch.rand(29, dtype=DT, generator=_gen(11))])
+    # one eigenvalue 0.8, the others at most 0.4: the loss's power iteration (from an unseeded start) finds it
+    mat = (q @ torch.diag(ev) @ q.T)[None]
+    scale = torch.tensor(1.0, dtype=DT, requires_grad=True)
+
+    def f(z):
+        return scale * torch.einsum('nij,nj->ni', mat, z)
+
+    z = torch.randn(1, 30, dtype=DT, generator=_gen(10))
+    loss, rate = ContractionLoss(loss_weight=2.0, target=0.9, steps=100)(f, z)
+    assert float(loss.detach()) == 0 and abs(float(rate) - 0.8) < 1e-6
+    loss, rate = ContractionLoss(loss_weight=2.0, target=0.5, steps=100)(f, z)
+    assert abs(float(loss) - 2.0 * 0.3**2) < 1e-6
+    loss.backward()
+    assert abs(float(scale.grad) - 2.0 * 2 * 0.3 * 0.8) < 1e-5  # d/ds of w (s rho - t)^2 at s = 1
+    with pytest.raises(ValueError, match='target'):
+        ContractionLoss(target=0)

@@ -352,6 +352,26 @@ def test_per_sample_solver_stats(backbone_ckpt, monkeypatch):
     assert stats.iterations[0] != stats.iterations[1], stats.iterations
 
 
+def test_info_gives_the_solves_map_and_fixed_point_for_a_jacobian_penalty(backbone_ckpt, monkeypatch):
+    """``info['map']`` is the solve's F and ``info['fixed_point']`` where it ended (F(z) = z to the tolerance); the
+    contraction penalty on them reaches the denoiser's weights, not the implicit output's graph."""
+    from mcnet_basicsr.losses.contraction_loss import ContractionLoss
+    net = make_net(backbone_ckpt, settings={'solver': {'forward': {'tol': 1e-8, 'max_iter': 300}}}).to(DT)
+    freeze_spectral_norm(net, monkeypatch)
+    lr = make_lr(rgb('camera', 32, DT))
+    out, info = net.run(lr)
+    f, z = info['map'], info['fixed_point']
+    assert not z.requires_grad and z.shape[1] == 2 * luma(out).shape[1]  # (x, lam)
+    with torch.no_grad():
+        assert float((f(z) - z).norm() / f(z).norm()) < 1e-7
+    loss, rate = ContractionLoss(target=0.01, steps=20)(f, z)
+    assert 0.01 < float(rate) < 1  # a converged solve of a contracting map
+    loss.backward()
+    grads = [p.grad for p in net.denoiser.parameters() if p.requires_grad]
+    assert grads and all(g is not None for g in grads) and max(float(g.abs().max()) for g in grads) > 0
+    assert info['backward'].calls == 0  # the penalty's gradient does not run the implicit backward
+
+
 def test_tile_setting_runs_the_same_forward_on_tiles(backbone_ckpt, monkeypatch):
     """The ``tile`` setting: backbone and denoiser on overlapping LR tiles. The backbone estimate is exact (the
     overlap covers its receptive field), the solve on the whole image stays consistent and within solver tolerance of

@@ -183,7 +183,8 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, SolveWeigh
         """The implicit layer alone: ``(x*, info)`` from the backbone estimate w and LR measurements b (Y, or one
         channel per sample), measured by ``operator`` (default: the layer's) with noise of std ``noise_sigma`` per LR
         value, under the settings in force or this call's ``settings`` (changes as a dict, or a LayerSettings).
-        ``info``: ``forward`` (SolverStats of the forward solve), ``backward`` (BackwardStatsHolder) and ``eps``.
+        ``info``: ``forward`` (SolverStats of the forward solve), ``backward`` (BackwardStatsHolder), ``eps``, and
+        ``map`` and ``fixed_point``: the solve's map F on ``z = (x, lam)`` and where the solve ended (detached).
 
         ``b`` may be float64 (as :meth:`run` passes it): the iterations run in ``w``'s dtype and the final projection
         uses ``b`` at full precision, so the output's consistency is not limited by float32 rounding of ``b``.
@@ -202,7 +203,8 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, SolveWeigh
             z, bwd = f(self.extrapolated_iterate(z_k, fz_k, beta)), BackwardStatsHolder()
         else:
             z, fwd_stats, bwd = implicit_fixed_point(f, z0, s.forward_solver, s.backward_solver, observer=s.observer)
-        info = {'forward': fwd_stats, 'backward': bwd, 'eps': eps}
+        # map and fixed_point: what a Jacobian penalty in training measures (ContractionLoss)
+        info = {'forward': fwd_stats, 'backward': bwd, 'eps': eps, 'map': f, 'fixed_point': z.detach()}
         return self.consistent_output(z[:, :w.shape[1]], b_exact, eps, operator), info
 
     def extrapolated_iterate(self, z, fz, beta=None):
