@@ -319,3 +319,28 @@ def test_shipped_prior_times_are_their_record():
     ratios = [cells[k]['seconds'] / cells[k.replace('usrnet_tiny', 'mcnet_ffdnet_hqs')]['seconds']
               for k in cells if k.startswith('usrnet_tiny|')]
     assert f'which is {1 / max(ratios):.0f}-{1 / min(ratios):.0f} times USRNet-tiny' in text
+
+
+# the trained x2 layers of docs/shipped_prior.md's convergence table: label -> option-file row of the records
+PENALTY_ROWS = {
+    'untrained (shipped)': 'mcnet_ffdnet_hqs',
+    'no penalty, 500 iterations (CPU)': 'layer_x2_no_penalty_500',
+    'no penalty, 2,000 (CPU)': 'layer_x2_no_penalty_2000',
+    'weight 10, 500 (H100)': 'layer_x2_penalty_w10_500',
+    'weight 100, 1,250 (H100)': 'layer_x2_penalty_w100_1250',
+}
+
+
+def test_layer_convergence_table_is_its_records():
+    """docs/shipped_prior.md's table of the trained x2 layers: PSNR, convergence and iterations from the prior study's
+    record, the rate (largest of the images) and the Frobenius estimate (mean) from layer_jacobian.py's."""
+    rows = _table_after(_prior_pages_lines(), '| x2 layer, Set5 | RGB PSNR | solves at 1e-4 | mean iterations | rate '
+                                              '| Frobenius |')
+    assert [label for label, _ in rows] == list(PENALTY_ROWS)
+    study = json.loads((RECORDS / 'prior_study_set5_layer_penalty_x2_cpu.json').read_text())['results']
+    jac = json.loads((RECORDS / 'layer_jacobian_x2_cpu.json').read_text())['results']
+    for label, values in rows:
+        s, j = study[PENALTY_ROWS[label]]['x2'], jac[PENALTY_ROWS[label]]['x2']
+        mean = {key: sum(s[key]) / len(s[key]) for key in ('psnr', 'converged', 'iterations')}
+        assert values == [f'{mean["psnr"]:.2f}', f'{100 * mean["converged"]:.0f}%', f'{mean["iterations"]:.1f}',
+                          f'{max(j["rate"]):.2f}', f'{sum(j["frobenius"]) / len(j["frobenius"]):.3f}'], label

@@ -156,7 +156,8 @@ def test_the_shipped_kernel_layer_is_consistent_and_never_below_its_backbone(pho
 @pytest.mark.slow
 def test_the_kernel_layer_recipe_trains_the_prior_beta_and_level(tmp_path):
     """options/train_mcnet_ffdnet_hqs_x2.yml through train_pipeline on two tiny photos: the prior learns at its rate,
-    beta, the level and the hyper-network at lr_beta, and the checkpoint holds them (the backbone, frozen, is not in
+    beta, the level and the hyper-network at lr_beta, the contraction penalty is in the loss and the log, and the
+    checkpoint holds them (the backbone, frozen, is not in
     it)."""
     import cv2
     for folder, names, size in (('train', ('astronaut', 'coffee'), 48), ('val', ('chelsea', ), 32)):
@@ -174,6 +175,7 @@ def test_the_kernel_layer_recipe_trains_the_prior_beta_and_level(tmp_path):
     opt['logger'].update(print_freq=1, save_checkpoint_freq=2)
     exp, log = train_through_pipeline(opt, tmp_path)
     assert 'lr:(1.000e-05,1.000e-02,)' in log  # the prior, then the layer's scalars
+    assert 'l_jac: ' in log and 'rate: ' in log  # the contraction penalty, and the rate it measured
     state = torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
     assert not any(key.startswith('backbone.') for key in state)
     assert {'log_beta', 'log_beta_slope', 'prior_level.log_base', 'prior_level.log_gain'} <= set(state)
