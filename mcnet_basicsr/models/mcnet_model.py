@@ -43,10 +43,10 @@ class MCNetModel(ProtocolSRModel):
       patch out of the loss: a backbone run on a small patch is worse near its edges (zero padding
       within its receptive field) than anywhere in a whole test image, and a layer trained on that
       band learns to correct errors the test images do not have;
-    * ``train.jacobian_opt`` (e.g. ``{type: ContractionLoss, loss_weight: 10, target: 0.9}``) adds a Jacobian
-      penalty on the solve's map at its fixed point, so that training keeps the map contracting (whole images
-      then converge as the untrained layer's do); the log then carries ``l_jac`` and ``rate``, the batch's largest
-      contraction rate;
+    * ``train.jacobian_opt`` (the recipes': ``{type: ContractionLoss, loss_weight: 100, target: 0.8}``) adds a
+      Jacobian penalty on the solve's map at its fixed point, so that training keeps the map contracting (whole
+      images then converge as the untrained layer's do); the log then carries ``l_jac`` and ``rate``, the batch's
+      largest contraction rate;
     * the log carries beta and the solver statistics (forward/backward iterations, residuals);
       ``train.log_step_times: true`` adds the seconds of each part of a step (``t_fwd``: the forward
       solve, ``t_bwd``: loss and implicit backward solve, including DDP's gradient
@@ -158,12 +158,11 @@ class MCNetModel(ProtocolSRModel):
             loss_dict['l_pix'] = loss = l_pix
             if self.cri_jacobian is not None:
                 loss_dict['l_jac'], rate = self.cri_jacobian(self.solve_info['map'], self.solve_info['fixed_point'])
+                loss_dict['rate'] = rate.max()  # the largest of the batch's contraction rates (detached)
                 loss = loss + loss_dict['l_jac']
             loss.backward()
         t2 = self._mark()
         self.optimizer_g.step()
-        if self.cri_jacobian is not None:
-            loss_dict['rate'] = rate.max()  # the largest of the batch's contraction rates
         self.log_dict = self.reduce_loss_dict(loss_dict)
         self.log_dict.update(self._solver_log())
         if self.ema_decay > 0:
