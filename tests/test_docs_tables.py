@@ -140,8 +140,8 @@ PRIOR_FAMILIES = ('x2', 'x3', 'x3_n2.55', 'x3_n7.65', 'x4')
 
 
 def _prior_pages_lines():
-    """The lines of the prior pages: docs/kernel_priors.md, then docs/shipped_prior.md."""
-    return [line for page in ('kernel_priors.md', 'shipped_prior.md')
+    """The lines of the prior pages: docs/kernel_priors.md, docs/shipped_prior.md, then docs/kernel_layers.md."""
+    return [line for page in ('kernel_priors.md', 'shipped_prior.md', 'kernel_layers.md')
             for line in (REPO_ROOT / 'docs' / page).read_text().splitlines()]
 
 
@@ -287,22 +287,66 @@ def test_kernel_priors_cli_table_is_its_record():
     assert [label.replace('`', '').replace(',', '') for label in labels] == cases
 
 
+def _validations(log):
+    """``{iteration: Set5 Y-PSNR}`` of a training log: each validation under the iteration logged last before it."""
+    iteration, out = None, {}
+    for line in (RECORDS / log).read_text().splitlines():
+        logged = re.search(r'iter:\s+([\d,]+),', line)
+        if logged:
+            iteration = int(logged.group(1).replace(',', ''))
+        psnr = re.search(r'Validation Set5: psnr_y_uint8 ([\d.]+) dB', line)
+        if psnr:
+            out[iteration] = float(psnr.group(1))
+    return out
+
+
 def test_layer_training_table_is_its_log():
-    """The training table of docs/shipped_prior.md: each iteration's Set5 validation is the one in the recipe's log
-    (validated every 500 iterations), and the hyper-network's pilot runs are theirs."""
+    """The training table of docs/kernel_layers.md: each iteration's Set5 validation is the one in its run's log (a
+    dash where the run has none), and the hyper-network's pilot runs are theirs."""
     lines = _prior_pages_lines()
     header = next(line for line in lines if line.startswith("| the recipe's Set5 validation, x2 | untrained |"))
     iterations = [int(v.replace(',', '')) for v in header.strip('|').split('|')[2:]]
-    values = dict(_table_after(lines, header))['Y PSNR (dB)'][1:]
-
-    def validations(log):
-        return [float(v) for v in re.findall(r'Validation Set5: psnr_y_uint8 ([\d.]+) dB', (RECORDS / log).read_text())]
-
-    logged = validations('train_mcnet_ffdnet_hqs_x2_cpu.log')
-    assert values == [f'{logged[i // 500 - 1]:.2f}' for i in iterations]
-    page = (REPO_ROOT / 'docs' / 'shipped_prior.md').read_text()
-    pilot, hyper = (validations(f'train_mcnet_ffdnet_hqs_x2_pilot{v}_cpu.log')[-1] for v in ('', '_hyper'))
+    rows = dict(_table_after(lines, header))
+    for label, log in (('Y PSNR (dB), the recipe (shipped: 4,000)', 'train_mcnet_ffdnet_hqs_x2_penalty_cpu.log'),
+                       ('Y PSNR (dB), without the penalty', 'train_mcnet_ffdnet_hqs_x2_cpu.log')):
+        logged = _validations(log)
+        assert rows[label][1:] == [f'{logged[i]:.2f}' if i in logged else '-' for i in iterations], label
+    page = (REPO_ROOT / 'docs' / 'kernel_layers.md').read_text()
+    pilot, hyper = (_validations(f'train_mcnet_ffdnet_hqs_x2_pilot{v}_cpu.log')[1000] for v in ('', '_hyper'))
     assert f'gives {hyper:.2f} against {pilot:.2f}' in page
+
+
+def test_trained_layer_table_k_is_its_records():
+    """docs/kernel_layers.md's Table K at x2: each row's mean and the trained layer's lowest / highest difference to
+    it per cell, from the records; its convergence, iterations and times from its own record."""
+    rows = dict(_table_after(_prior_pages_lines(), '| Table K, x2 | row mean | the trained layer minus this row, per '
+                                                   'cell: lowest / highest |'))
+    trained = [c['psnr'] for c in _kernel_cells('kernel_table_mcnet_ffdnet_hqs_kernels_x2_h100.json',
+                                                'mcnet_ffdnet_hqs_kernels', 'x2')]
+    assert rows['MCNet + FFDNetHQS, the trained layer (shipped)'] == [f'{sum(trained) / 12:.2f}', '-']
+    _, published = read_published(str(RECORDS / 'usrnet_table1_published.tsv'))
+    for label, others in (
+            ('USRNet-tiny (official weights, fetched; not shipped)',
+             [c['psnr'] for c in _kernel_cells('kernel_table_usrnet_tiny_h100.json', 'usrnet_tiny', 'x2')]),
+            ('MCNet + FFDNetHQS, the untrained layer',
+             [c['psnr'] for c in _kernel_cells('kernel_table_mcnet_ffdnet_hqs_h100.json', 'mcnet_ffdnet_hqs', 'x2')]),
+            ('FFDNetHQS alone',
+             [c['psnr'] for c in _kernel_cells('kernel_table_ffdnet_hqs_h100.json', 'ffdnet_hqs', 'x2')]),
+            ('IRCNN (published)', published[('IRCNN', 'x2')])):
+        diffs = [a - b for a, b in zip(trained, others)]
+        assert rows[label] == [f'{sum(others) / 12:.2f}', f'{min(diffs):+.3f} / {max(diffs):+.3f}'], label
+    text = ' '.join((REPO_ROOT / 'docs' / 'kernel_layers.md').read_text().split())
+    cells = {row: _kernel_cells(record, row, 'x2') for row, record in (
+        ('mcnet_ffdnet_hqs_kernels', 'kernel_table_mcnet_ffdnet_hqs_kernels_x2_h100.json'),
+        ('mcnet_ffdnet_hqs', 'kernel_table_mcnet_ffdnet_hqs_h100.json'))}
+    assert all(c['converged'] == 1 for c in cells['mcnet_ffdnet_hqs_kernels'])
+    untrained_reached = 100 * sum(c['converged'] for c in cells['mcnet_ffdnet_hqs']) / 12
+    iterations = [sum(c['iterations'] for c in cells[row]) / 12 for row in cells]
+    assert (f"(the untrained layer's: {untrained_reached:.1f}%), in {iterations[0]:.1f} iterations on average against "
+            f'{iterations[1]:.1f}') in text
+    ms = [1000 * c['seconds'] / c['images'] for c in cells['mcnet_ffdnet_hqs_kernels']]
+    assert (f'Per image {min(ms[1:]):.0f}-{max(ms[1:]):.0f} ms on kernels 2-12 (kernel 1, the run\'s first cell, '
+            f'{ms[0]:.0f} ms') in text
 
 
 def test_shipped_prior_times_are_their_record():
@@ -321,18 +365,19 @@ def test_shipped_prior_times_are_their_record():
     assert f'which is {1 / max(ratios):.0f}-{1 / min(ratios):.0f} times USRNet-tiny' in text
 
 
-# the trained x2 layers of docs/shipped_prior.md's convergence table: label -> option-file row of the records
+# the trained x2 layers of docs/kernel_layers.md's convergence table: label -> option-file row of the records
 PENALTY_ROWS = {
-    'untrained (shipped)': 'mcnet_ffdnet_hqs',
+    'untrained': 'mcnet_ffdnet_hqs',
     'no penalty, 500 iterations (CPU)': 'layer_x2_no_penalty_500',
     'no penalty, 2,000 (CPU)': 'layer_x2_no_penalty_2000',
     'weight 10, 500 (H100)': 'layer_x2_penalty_w10_500',
     'weight 100, 1,250 (H100)': 'layer_x2_penalty_w100_1250',
+    'weight 100, 4,000 (CPU; shipped)': 'mcnet_ffdnet_hqs_kernels',
 }
 
 
 def test_layer_convergence_table_is_its_records():
-    """docs/shipped_prior.md's table of the trained x2 layers: PSNR, convergence and iterations from the prior study's
+    """docs/kernel_layers.md's table of the trained x2 layers: PSNR, convergence and iterations from the prior study's
     record, the rate (largest of the images) and the Frobenius estimate (mean) from layer_jacobian.py's."""
     rows = _table_after(_prior_pages_lines(), '| x2 layer, Set5 | RGB PSNR | solves at 1e-4 | mean iterations | rate '
                                               '| Frobenius |')

@@ -21,7 +21,9 @@ Set5/Set14 scores of each.
 * ``ffdnet_rgb.pth``: our colour FFDNet, both the backbones ``ffdnet_hqs`` (FFDNetHQS: half-quadratic splitting told
   the kernel; ``family='kernels'``) and ``ffdnet_pnp`` (FFDNetPnP: plug-and-play projections told the operator;
   ``family='kernels'`` or ``'resizers'``) and the prior of their layer, which is not trained: its settings are their
-  cards' ``untrained_layer`` (HQS's: ``mcnet-sr``'s default for LR made by a blur kernel).
+  cards' ``untrained_layer`` (HQS's: ``mcnet-sr``'s default for LR made by a blur kernel at x3 and x4);
+* ``mcnet_ffdnet_hqs_x2.pth``: HQS's layer trained for LR made by blur kernels and noise, which its x2 card names
+  (``mcnet-sr``'s default for such LR at x2).
 
 ``weights/README.md`` records the option file, command, iterations and Set5 score of each file.
 """
@@ -158,8 +160,9 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
         solver (dict | None): Forward solver settings over the 'fast' preset (``mcnet_basicsr.deq.PRESETS``).
         backbone (str): 'srcnn' (our SRCNN on the upsampled Y), 'rcan_compact' or 'rdn_compact' (RGB),
             'imdn' / 'pan' (the official weights, given as ``backbone_path``; layers for x3 and x4), or 'ffdnet_pnp' /
-            'ffdnet_hqs' (FFDNetPnP / FFDNetHQS and their untrained layer with the same colour FFDNet as prior, beta 3:
-            ``family`` 'kernels' or, for PnP, 'resizers'; the operator given per call).
+            'ffdnet_hqs' (FFDNetPnP / FFDNetHQS and their untrained layer with the same colour FFDNet as prior, beta 3,
+            or the trained file a card names: ``family`` 'kernels' or, for PnP, 'resizers'; the operator given per
+            call).
         start (bool): Begin each solve at the shipped learned start where one ships for this model (its card's
             ``start``; not with another ``backbone_path``, to whose outputs it was not fitted). The fixed point is the
             same.
