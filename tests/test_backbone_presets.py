@@ -11,6 +11,8 @@ import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from mcnet_basicsr.archs.backbone_presets_arch import BACKBONE_PRESETS, backbone_options, resolve_backbone
 from mcnet_basicsr.archs.baselines_arch import TVTV
 from mcnet_basicsr.archs.mcnet_arch import MCNetArch
+from mcnet_basicsr.zoo import pretrained
+from mcnet_basicsr.zoo.cards import model_card
 
 WEIGHTS = Path(__file__).resolve().parents[1] / 'mcnet_basicsr' / 'weights'
 # shipped layers per preset and scale (IMDN / PAN: the official backbones' weights are third-party)
@@ -42,8 +44,13 @@ def test_shipped_layers_load_strictly_on_their_preset(layer):
     name, scale = name.removesuffix('_kernels').removesuffix('_resizers'), int(scale)
     backbone_path = WEIGHTS / f'{name}_x{scale}.pth'
     state = _params(WEIGHTS / f'{layer}.pth')
-    net = MCNetArch(backbone={'net': name, 'path': str(backbone_path) if backbone_path.is_file() else None},
-                    operator={'type': 'bicubic', 'scale': scale}, beta={'noise': 'log_beta_slope' in state})
+    if pretrained.untrained_layer_options(name) is not None:  # the layer's settings are its card's data
+        family = next(f for f in ('kernels', 'resizers')
+                      if (model_card(name, scale, f) or {}).get('layer') == f'{layer}.pth')
+        net = pretrained.build_pretrained_mcnet(scale, backbone=name, family=family)
+    else:
+        net = MCNetArch(backbone={'net': name, 'path': str(backbone_path) if backbone_path.is_file() else None},
+                        operator={'type': 'bicubic', 'scale': scale}, beta={'noise': 'log_beta_slope' in state})
     assert (net.backbone_input, net.backbone_channels) == (BACKBONE_PRESETS[name]['input'],
                                                            BACKBONE_PRESETS[name]['channels'])
     result = net.load_state_dict(state, strict=True)

@@ -60,8 +60,8 @@ def test_cli_leaves_basicsr_out_then_registers_when_basicsr_comes(tmp_path):
 
 @pytest.mark.slow  # a fresh interpreter
 def test_cli_default_for_kernel_lr_leaves_basicsr_out(tmp_path):
-    """The default run for blur-kernel LR (FFDNetPnP and its untrained layer, built from the card's settings) imports
-    none of HEAVY either."""
+    """The default run for blur-kernel LR at x2 (FFDNetHQS and its trained layer file, built from the card's settings)
+    imports none of HEAVY either."""
     import numpy as np
     photo = _tiny_png(tmp_path)
     np.save(tmp_path / 'k.npy', np.full((3, 3), 1 / 9))

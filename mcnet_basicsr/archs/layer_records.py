@@ -1,4 +1,6 @@
 """What a saved MCNet layer records of what it was trained for, and which entries its checkpoints may lack."""
+import logging
+
 from mcnet_basicsr.ops import OPERATOR_REGISTRY
 from mcnet_basicsr.utils.checkpoint import encode_record, saved_record, split_record
 
@@ -34,9 +36,10 @@ class LayerRecordMixin:
                              'this backbone and scale.')
         operator = operator or 'bicubic'  # layers saved before the record named the operator were all trained on it
         if operator != self.operator_name():
-            from basicsr.utils import get_root_logger  # basicsr's log (importing basicsr registers our types)
-            get_root_logger().info(f'This MCNet layer was trained for LR made by {operator!r}; it now serves the '
-                                   f'operator {self.operator!r}: the same prior on another measurement model.')
+            # basicsr's log by name: mcnet-sr loads such layers without importing basicsr
+            logging.getLogger('basicsr').info(f'This MCNet layer was trained for LR made by {operator!r}; it now '
+                                              f'serves the operator {self.operator!r}: the same prior on another '
+                                              'measurement model.')
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
