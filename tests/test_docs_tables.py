@@ -321,27 +321,26 @@ def test_trained_layer_table_k_is_its_records():
     it per cell, from the records; its convergence, iterations and times from its own record."""
     rows = dict(_table_after(_prior_pages_lines(), '| Table K, x2 | row mean | the trained layer minus this row, per '
                                                    'cell: lowest / highest |'))
-    trained = [c['psnr'] for c in _kernel_cells('kernel_table_mcnet_ffdnet_hqs_kernels_x2_h100.json',
-                                                'mcnet_ffdnet_hqs_kernels', 'x2')]
+    cells = {row: _kernel_cells(record, row, 'x2') for row, record in (
+        ('mcnet_ffdnet_hqs_kernels', 'kernel_table_mcnet_ffdnet_hqs_kernels_x2_h100.json'),
+        ('mcnet_ffdnet_hqs', 'kernel_table_mcnet_ffdnet_hqs_h100.json'),
+        ('usrnet_tiny', 'kernel_table_usrnet_tiny_h100.json'),
+        ('ffdnet_hqs', 'kernel_table_ffdnet_hqs_h100.json'))}
+    psnr = {row: [c['psnr'] for c in row_cells] for row, row_cells in cells.items()}
+    trained = psnr['mcnet_ffdnet_hqs_kernels']
     assert rows['MCNet + FFDNetHQS, the trained layer (shipped)'] == [f'{sum(trained) / 12:.2f}', '-']
     _, published = read_published(str(RECORDS / 'usrnet_table1_published.tsv'))
-    for label, others in (
-            ('USRNet-tiny (official weights, fetched; not shipped)',
-             [c['psnr'] for c in _kernel_cells('kernel_table_usrnet_tiny_h100.json', 'usrnet_tiny', 'x2')]),
-            ('MCNet + FFDNetHQS, the untrained layer',
-             [c['psnr'] for c in _kernel_cells('kernel_table_mcnet_ffdnet_hqs_h100.json', 'mcnet_ffdnet_hqs', 'x2')]),
-            ('FFDNetHQS alone',
-             [c['psnr'] for c in _kernel_cells('kernel_table_ffdnet_hqs_h100.json', 'ffdnet_hqs', 'x2')]),
-            ('IRCNN (published)', published[('IRCNN', 'x2')])):
+    for label, others in (('USRNet-tiny (official weights, fetched; not shipped)', psnr['usrnet_tiny']),
+                          ('MCNet + FFDNetHQS, the untrained layer', psnr['mcnet_ffdnet_hqs']),
+                          ('FFDNetHQS alone', psnr['ffdnet_hqs']),
+                          ('IRCNN (published)', published[('IRCNN', 'x2')])):
         diffs = [a - b for a, b in zip(trained, others)]
         assert rows[label] == [f'{sum(others) / 12:.2f}', f'{min(diffs):+.3f} / {max(diffs):+.3f}'], label
     text = ' '.join((REPO_ROOT / 'docs' / 'kernel_layers.md').read_text().split())
-    cells = {row: _kernel_cells(record, row, 'x2') for row, record in (
-        ('mcnet_ffdnet_hqs_kernels', 'kernel_table_mcnet_ffdnet_hqs_kernels_x2_h100.json'),
-        ('mcnet_ffdnet_hqs', 'kernel_table_mcnet_ffdnet_hqs_h100.json'))}
     assert all(c['converged'] == 1 for c in cells['mcnet_ffdnet_hqs_kernels'])
     untrained_reached = 100 * sum(c['converged'] for c in cells['mcnet_ffdnet_hqs']) / 12
-    iterations = [sum(c['iterations'] for c in cells[row]) / 12 for row in cells]
+    iterations = [sum(c['iterations'] for c in cells[row]) / 12 for row in ('mcnet_ffdnet_hqs_kernels',
+                                                                            'mcnet_ffdnet_hqs')]
     assert (f"(the untrained layer's: {untrained_reached:.1f}%), in {iterations[0]:.1f} iterations on average against "
             f'{iterations[1]:.1f}') in text
     ms = [1000 * c['seconds'] / c['images'] for c in cells['mcnet_ffdnet_hqs_kernels']]
