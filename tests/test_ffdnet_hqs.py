@@ -157,8 +157,7 @@ def test_the_shipped_kernel_layer_is_consistent_and_never_below_its_backbone(pho
 def test_the_kernel_layer_recipe_trains_the_prior_beta_and_level(tmp_path):
     """options/train_mcnet_ffdnet_hqs_x2.yml through train_pipeline on two tiny photos: the prior learns at its rate,
     beta, the level and the hyper-network at lr_beta, the contraction penalty is in the loss and the log, and the
-    checkpoint holds them (the backbone, frozen, is not in
-    it)."""
+    checkpoint holds them (the backbone, frozen, is not in it)."""
     import cv2
     for folder, names, size in (('train', ('astronaut', 'coffee'), 48), ('val', ('chelsea', ), 32)):
         (tmp_path / folder).mkdir()
