@@ -300,52 +300,88 @@ def _validations(log):
     return out
 
 
+# the training table of docs/kernel_layers.md: row label -> the run's training log
+TRAINING_LOGS = {'x2 (shipped: 4,000)': 'train_mcnet_ffdnet_hqs_x2_penalty_cpu.log',
+                 'x2 without the penalty': 'train_mcnet_ffdnet_hqs_x2_cpu.log',
+                 'x3 (shipped: 4,000)': 'train_mcnet_ffdnet_hqs_x3_penalty_h100_cpu.log',
+                 'x4 (shipped: 4,000)': 'train_mcnet_ffdnet_hqs_x4_penalty_h100.log'}
+
+
 def test_layer_training_table_is_its_log():
     """The training table of docs/kernel_layers.md: each iteration's Set5 validation is the one in its run's log (a
-    dash where the run has none), and the hyper-network's pilot runs are theirs."""
+    dash where the run has none), the untrained column the same validation without layer weights (test.py's log), and
+    the hyper-network's pilot runs are theirs."""
     lines = _prior_pages_lines()
-    header = next(line for line in lines if line.startswith("| the recipe's Set5 validation, x2 | untrained |"))
+    header = next(line for line in lines
+                  if line.startswith("| the recipe's Set5 validation, Y PSNR (dB) | untrained |"))
     iterations = [int(v.replace(',', '')) for v in header.strip('|').split('|')[2:]]
     rows = dict(_table_after(lines, header))
-    for label, log in (('Y PSNR (dB), the recipe (shipped: 4,000)', 'train_mcnet_ffdnet_hqs_x2_penalty_cpu.log'),
-                       ('Y PSNR (dB), without the penalty', 'train_mcnet_ffdnet_hqs_x2_cpu.log')):
+    assert list(rows) == list(TRAINING_LOGS)
+    for label, log in TRAINING_LOGS.items():
         logged = _validations(log)
-        assert rows[label][1:] == [f'{logged[i]:.2f}' if i in logged else '-' for i in iterations], label
+        untrained = _validations(f'untrained_val_mcnet_ffdnet_hqs_{label[:2]}_cpu.log')[None]
+        assert rows[label] == [f'{untrained:.2f}'] + [f'{logged[i]:.2f}' if i in logged else '-' for i in iterations], \
+            label
     page = (REPO_ROOT / 'docs' / 'kernel_layers.md').read_text()
     pilot, hyper = (_validations(f'train_mcnet_ffdnet_hqs_x2_pilot{v}_cpu.log')[1000] for v in ('', '_hyper'))
     assert f'gives {hyper:.2f} against {pilot:.2f}' in page
 
 
+def test_layer_x3_x4_study_table_is_its_record():
+    """docs/kernel_layers.md's Set5 table of the x3 and x4 layers, trained and untrained: PSNR, convergence and
+    iterations are the prior study's means."""
+    rows = dict(_table_after(_prior_pages_lines(), '| Set5, 2 family kernels, as Table K solves, untrained / trained '
+                                                   '| x3 | x3, 2.55 | x3, 7.65 | x4 |'))
+    study = json.loads((RECORDS / 'prior_study_set5_layer_x34_cpu.json').read_text())['results']
+    for label, key, fmt in (('RGB PSNR', 'psnr', '{:.2f}'), ('solves at 1e-4', 'converged', '{:.0%}'),
+                            ('mean iterations', 'iterations', '{:.1f}')):
+        assert rows[label] == [' / '.join(fmt.format(sum(study[row][f][key]) / len(study[row][f][key]))
+                                          for row in ('mcnet_ffdnet_hqs', 'mcnet_ffdnet_hqs_kernels'))
+                               for f in ('x3', 'x3_n2.55', 'x3_n7.65', 'x4')], label
+
+
+# the Table K records of docs/kernel_layers.md: row -> record (the trained layers': one per scale)
+TRAINED_RECORDS = {'x2': 'kernel_table_mcnet_ffdnet_hqs_kernels_x2_h100.json',
+                   'x3': 'kernel_table_mcnet_ffdnet_hqs_kernels_x3_h100.json',
+                   'x4': 'kernel_table_mcnet_ffdnet_hqs_kernels_x4_h100.json'}
+BESIDE_TRAINED = {
+    'USRNet-tiny (official weights, fetched; not shipped)': ('usrnet_tiny', 'kernel_table_usrnet_tiny_h100.json'),
+    'MCNet + FFDNetHQS, the untrained layer': ('mcnet_ffdnet_hqs', 'kernel_table_mcnet_ffdnet_hqs_h100.json'),
+    'FFDNetHQS alone': ('ffdnet_hqs', 'kernel_table_ffdnet_hqs_h100.json')}
+
+
 def test_trained_layer_table_k_is_its_records():
-    """docs/kernel_layers.md's Table K at x2: each row's mean and the trained layer's lowest / highest difference to
-    it per cell, from the records; its convergence, iterations and times from its own record."""
-    rows = dict(_table_after(_prior_pages_lines(), '| Table K, x2 | row mean | the trained layer minus this row, per '
-                                                   'cell: lowest / highest |'))
-    cells = {row: _kernel_cells(record, row, 'x2') for row, record in (
-        ('mcnet_ffdnet_hqs_kernels', 'kernel_table_mcnet_ffdnet_hqs_kernels_x2_h100.json'),
-        ('mcnet_ffdnet_hqs', 'kernel_table_mcnet_ffdnet_hqs_h100.json'),
-        ('usrnet_tiny', 'kernel_table_usrnet_tiny_h100.json'),
-        ('ffdnet_hqs', 'kernel_table_ffdnet_hqs_h100.json'))}
-    psnr = {row: [c['psnr'] for c in row_cells] for row, row_cells in cells.items()}
-    trained = psnr['mcnet_ffdnet_hqs_kernels']
-    assert rows['MCNet + FFDNetHQS, the trained layer (shipped)'] == [f'{sum(trained) / 12:.2f}', '-']
+    """docs/kernel_layers.md's Table K tables: each row's mean per family, the trained layer's lowest / highest
+    difference to it per cell, and the trained layer's convergence, iterations, times and images below its backbone
+    and the untrained layer, from the records."""
+    lines = _prior_pages_lines()
+    families = '| x2 | x3 | x3, 2.55 | x3, 7.65 | x4 |'
+    means = dict(_table_after(lines, f'| Table K, row means {families}'))
+    diffs = dict(_table_after(lines, f'| Table K, the trained layer minus this row, per cell: lowest / highest '
+                                     f'{families}'))
+    solves = dict(_table_after(lines, f"| Table K, the trained layer's solves {families}"))
     _, published = read_published(str(RECORDS / 'usrnet_table1_published.tsv'))
-    for label, others in (('USRNet-tiny (official weights, fetched; not shipped)', psnr['usrnet_tiny']),
-                          ('MCNet + FFDNetHQS, the untrained layer', psnr['mcnet_ffdnet_hqs']),
-                          ('FFDNetHQS alone', psnr['ffdnet_hqs']),
-                          ('IRCNN (published)', published[('IRCNN', 'x2')])):
-        diffs = [a - b for a, b in zip(trained, others)]
-        assert rows[label] == [f'{sum(others) / 12:.2f}', f'{min(diffs):+.3f} / {max(diffs):+.3f}'], label
-    text = ' '.join((REPO_ROOT / 'docs' / 'kernel_layers.md').read_text().split())
-    assert all(c['converged'] == 1 for c in cells['mcnet_ffdnet_hqs_kernels'])
-    untrained_reached = 100 * sum(c['converged'] for c in cells['mcnet_ffdnet_hqs']) / 12
-    iterations = [sum(c['iterations'] for c in cells[row]) / 12 for row in ('mcnet_ffdnet_hqs_kernels',
-                                                                            'mcnet_ffdnet_hqs')]
-    assert (f"(the untrained layer's: {untrained_reached:.1f}%), in {iterations[0]:.1f} iterations on average against "
-            f'{iterations[1]:.1f}') in text
-    ms = [1000 * c['seconds'] / c['images'] for c in cells['mcnet_ffdnet_hqs_kernels']]
-    assert (f'Per image {min(ms[1:]):.0f}-{max(ms[1:]):.0f} ms on kernels 2-12 (kernel 1, the run\'s first cell, '
-            f'{ms[0]:.0f} ms') in text
+    for f, family in enumerate(PRIOR_FAMILIES):
+        trained = _kernel_cells(TRAINED_RECORDS[family[:2]], 'mcnet_ffdnet_hqs_kernels', family)
+        psnr = [c['psnr'] for c in trained]
+        assert means['MCNet + FFDNetHQS, the trained layer (shipped)'][f] == f'{sum(psnr) / 12:.2f}', family
+        others = {label: _kernel_cells(record, row, family) for label, (row, record) in BESIDE_TRAINED.items()}
+        for label, values in [(label, [c['psnr'] for c in cells]) for label, cells in others.items()] + [
+                ('IRCNN (published)', published[('IRCNN', family)])]:
+            d = [a - b for a, b in zip(psnr, values)]
+            assert means[label][f] == f'{sum(values) / 12:.2f}', (label, family)
+            assert diffs[label][f] == f'{min(d):+.3f} / {max(d):+.3f}', (label, family)
+        untrained = others['MCNet + FFDNetHQS, the untrained layer']
+        reached = [100 * sum(c['converged'] for c in cells) / 12 for cells in (trained, untrained)]
+        assert solves['reached 1e-4 (the untrained layer)'][f] == '{} ({})'.format(
+            *(f'{r:.1f}%'.replace('100.0%', '100%') for r in reached)), family
+        iterations = [sum(c['iterations'] for c in cells) / 12 for cells in (trained, untrained)]
+        assert solves['mean iterations (the untrained layer)'][f] == '{:.1f} ({:.1f})'.format(*iterations), family
+        ms = [1000 * c['seconds'] / c['images'] for c in trained[1:]]
+        assert solves['ms per image, kernels 2-12'][f] == f'{min(ms):.0f}-{max(ms):.0f}', family
+        below = [sum(c['per_image'][name] < o['per_image'][name] for c, o in zip(trained, cells)
+                     for name in c['per_image']) for cells in (others['FFDNetHQS alone'], untrained)]
+        assert solves['images below the backbone / the untrained layer, of 816'][f] == f'{below[0]} / {below[1]}'
 
 
 def test_shipped_prior_times_are_their_record():

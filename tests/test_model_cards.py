@@ -151,18 +151,18 @@ def test_an_untrained_layer_serves_every_operator(backbone):
     assert [b for b in UNTRAINED if 'resizers' not in MODELS['backbones'][b]] == ['ffdnet_hqs']
     with pytest.raises(ValueError, match="serves any operator.*family 'kernels' or 'resizers'"):
         pretrained.check_available(backbone, 2)
-    assert pretrained.describe_layer(backbone, 3, 'kernels') == 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)'
-    # FFDNetHQS's card names its trained file at x2, FFDNetPnP's names none
-    expected = {'ffdnet_hqs': 'mcnet_ffdnet_hqs_x2.pth',
-                'ffdnet_pnp': 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)'}
-    assert pretrained.describe_layer(backbone, 2, 'kernels') == expected[backbone]
+    # FFDNetHQS's cards name its trained files, FFDNetPnP's name none
+    for scale in pretrained.SCALES:
+        expected = {'ffdnet_hqs': f'mcnet_ffdnet_hqs_x{scale}.pth',
+                    'ffdnet_pnp': 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)'}
+        assert pretrained.describe_layer(backbone, scale, 'kernels') == expected[backbone]
 
 
 def test_a_trained_file_on_an_untrained_layers_card_loads_over_its_settings(tmp_path, monkeypatch):
     """Where the card of a backbone with an untrained layer names a ``layer`` file (a trained FFDNetHQS layer), the
     layer is built from the card's settings with the options the file fixes (a beta per noise level, a hyper-network
     of its width) and loads the file: describe_layer and mcnet-sr's first line name the file."""
-    untrained = pretrained.build_pretrained_mcnet(3, backbone='ffdnet_hqs', family='kernels')  # x2 ships a file
+    untrained = pretrained.build_pretrained_mcnet(3, backbone='ffdnet_hqs', family='kernels', layer=False)
     from mcnet_basicsr.archs.mcnet_arch import MCNetArch
     weights = str(REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'ffdnet_rgb.pth')
     trained = MCNetArch(backbone={'net': 'ffdnet_hqs', 'path': weights}, operator={'type': 'bicubic', 'scale': 2},
@@ -175,6 +175,8 @@ def test_a_trained_file_on_an_untrained_layers_card_loads_over_its_settings(tmp_
     torch.save({'params': trained.state_dict()}, tmp_path / 'mcnet_ffdnet_hqs_x2.pth')
     card = dict(model_card('ffdnet_hqs', 2, 'kernels'), layer='mcnet_ffdnet_hqs_x2.pth')
     monkeypatch.setitem(MODELS['backbones']['ffdnet_hqs']['kernels'], 2, card)
+    untrained_card = {k: v for k, v in model_card('ffdnet_hqs', 3, 'kernels').items() if k != 'layer'}
+    monkeypatch.setitem(MODELS['backbones']['ffdnet_hqs']['kernels'], 3, untrained_card)  # a card naming no file
     monkeypatch.setattr(pretrained, 'WEIGHTS_DIR', str(tmp_path))
     real_path = pretrained.weight_path
     monkeypatch.setattr(pretrained, 'weight_path',

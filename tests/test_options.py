@@ -136,10 +136,11 @@ def test_shipped_weights_load_strictly_into_their_option_files(name):
         assert net.start.dncnn[-1].weight.abs().sum() > 0
 
 
-def test_shipped_weights_stay_within_45_mb():
-    """The package ships only small weights it trained itself (45 MB in all)."""
+def test_shipped_weights_stay_within_60_mb():
+    """The package ships only small weights it trained itself (60 MB in all: the budget of the trained kernel
+    layers)."""
     total = sum(p.stat().st_size for p in WEIGHTS.glob('*.pth'))
-    assert total <= 45_000_000, f'{total / 1e6:.2f} MB of weights in {WEIGHTS}'
+    assert total <= 60_000_000, f'{total / 1e6:.2f} MB of weights in {WEIGHTS}'
 
 
 @pytest.mark.parametrize('name', sorted(p.name for p in OPTIONS if p.name.startswith('train_mcnet_')

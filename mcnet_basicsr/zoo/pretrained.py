@@ -20,10 +20,10 @@ Set5/Set14 scores of each.
   resizer (for OpenCV's: the layers trained on blur kernels);
 * ``ffdnet_rgb.pth``: our colour FFDNet, both the backbones ``ffdnet_hqs`` (FFDNetHQS: half-quadratic splitting told
   the kernel; ``family='kernels'``) and ``ffdnet_pnp`` (FFDNetPnP: plug-and-play projections told the operator;
-  ``family='kernels'`` or ``'resizers'``) and the prior of their layer, which is not trained: its settings are their
-  cards' ``untrained_layer`` (HQS's: ``mcnet-sr``'s default for LR made by a blur kernel at x3 and x4);
-* ``mcnet_ffdnet_hqs_x2.pth``: HQS's layer trained for LR made by blur kernels and noise, which its x2 card names
-  (``mcnet-sr``'s default for such LR at x2).
+  ``family='kernels'`` or ``'resizers'``) and the prior of their untrained layer, whose settings are their cards'
+  ``untrained_layer`` (FFDNetPnP's layer);
+* ``mcnet_ffdnet_hqs_x{2,3,4}.pth``: HQS's layers trained for LR made by blur kernels and noise, which its cards name
+  (``mcnet-sr``'s default for such LR).
 
 ``weights/README.md`` records the option file, command, iterations and Set5 score of each file.
 """
