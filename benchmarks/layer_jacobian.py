@@ -2,8 +2,9 @@
 
 For option-file rows (``options/test_<row>_x<s>.yml``, run from the repository root as ``scripts/kernel_table.py``
 runs them) on the problems of ``prior_study.py`` (Set5 under seeded family kernels, USRNet's measurement), each
-layer's map ``F`` on ``z = (x, lam)`` is solved by Anderson to a relative residual of 1e-4 (at most 60 iterations),
-and at the solve's last iterate ``z*`` it measures, by central differences (step ``--delta`` per unit-RMS
+layer runs (``MCNetArch.run``: its map ``F`` on ``z = (x, lam)`` solved by Anderson to a relative residual of 1e-4,
+at most 60 iterations), and at the fixed point it returns (``z* = F`` of the solve's last iterate, where
+``ContractionLoss`` measures in training) it measures, by central differences (step ``--delta`` per unit-RMS
 direction):
 
 - ``frobenius``: ``||J||_F^2 / d`` by Hutchinson's estimate ``E ||J v||^2 / d`` over ``--samples`` Gaussian ``v``
@@ -49,20 +50,9 @@ def measure(f, z, samples, power, delta, generator):
     return float(np.mean(fro)), float(rate.max())
 
 
-def layer_problem(net, lr, op, sigma):
-    """The row's fixed-point problem ``(F, z0)`` on the protocol's LR (as ``MCNetArch.run`` poses it)."""
-    from mcnet_basicsr.data.degradations import usrnet_measurement
-    x = torch.from_numpy(usrnet_measurement(lr, sigma)[0]).permute(0, 3, 1, 2).to(next(net.parameters()).device)
-    op = net.measurement_operator(op)
-    w, cbcr = net.backbone_estimate(x, operator=op, noise_sigma=sigma or None)
-    w, b, operator, noise = net.measured_problem(w, cbcr, x, op, sigma or None)
-    f, z0, _ = net.fixed_point_problem(w, b.to(w.dtype), operator=operator, noise_sigma=noise)
-    return f, z0
-
-
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from mcnet_basicsr.deq import SolverConfig, solve
+    from mcnet_basicsr.data.degradations import usrnet_measurement
     from mcnet_basicsr.evaluation.kernel_table import build_row
     from mcnet_basicsr.ops import build_operator
     dev = torch.device(args.device)
@@ -76,10 +66,11 @@ def main(argv=None):
             for row, net in nets.items():
                 if net is None:
                     raise SystemExit(f'options/test_{row}_x{scale}.yml or its weights are missing')
+                x = torch.from_numpy(usrnet_measurement(lr[None], noise255 / 255.0)[0]).permute(0, 3, 1, 2).to(dev)
                 with torch.no_grad():
-                    f, z0 = layer_problem(net, lr[None], op, noise255 / 255.0)
-                    z, stats = solve(f, z0, SolverConfig(tol=1e-4, max_iter=60))
-                    fro, rate = measure(f, z, args.samples, args.power, args.delta, gen)
+                    _, info = net.run(x, operator=op, noise_sigma=noise255 / 255.0 or None)
+                    fro, rate = measure(info['map'], info['fixed_point'], args.samples, args.power, args.delta, gen)
+                stats = info['forward']
                 e = results.setdefault(row, {}).setdefault(fam, {})
                 for key, value in (('frobenius', fro), ('rate', rate), ('converged', bool(stats.converged.all())),
                                    ('iterations', float(stats.iterations.float().mean()))):
