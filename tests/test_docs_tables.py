@@ -1,6 +1,7 @@
 """The tables of ``docs/degradations*.md`` against the records they come from: Table K is the rendering of the
 ``benchmarks/records/kernel_table_*.json`` records, and every number of a Table R table is a recorded cell of its
 column."""
+import functools
 import json
 import re
 from collections import defaultdict
@@ -196,8 +197,14 @@ def test_kernel_priors_tables_are_their_records():
                               for f in PRIOR_FAMILIES], label
 
 
+@functools.lru_cache(maxsize=None)
+def _record_cells(record):
+    """A Table K record's cells, read once per test session."""
+    return json.loads((RECORDS / record).read_text())['cells']
+
+
 def _kernel_cells(record, row, family):
-    cells = json.loads((RECORDS / record).read_text())['cells']
+    cells = _record_cells(record)
     return [cells[f'{row}|{family}|k{k}'] for k in range(1, 13)]
 
 
