@@ -60,6 +60,7 @@ def main(argv=None):
     import mcnet_basicsr  # noqa: F401  (registries)
     from mcnet_basicsr.evaluation.kernel_table import FAMILIES as families
     from mcnet_basicsr.evaluation.kernel_table import RecordMismatch, crops_figure, measure, plot_family, render
+    from mcnet_basicsr.utils.checkpoint import CheckpointError
     if args.render:
         print(render(args.render, args.published))
         if args.plot_dir:
@@ -83,8 +84,8 @@ def main(argv=None):
     else:
         try:
             measure(args)
-        except RecordMismatch as err:
-            print(f'kernel_table.py: error: {err}', file=sys.stderr)  # one line; the record is as it was
+        except (RecordMismatch, CheckpointError, FileNotFoundError) as err:  # weights or data not fetched yet
+            print(f'kernel_table.py: error: {err}', file=sys.stderr)  # one line; the cells measured are kept
             sys.exit(2)
 
 

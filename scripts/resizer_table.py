@@ -33,10 +33,11 @@ def main(argv=None):
     import mcnet_basicsr  # noqa: F401  (registries)
     from mcnet_basicsr.evaluation.kernel_table import RecordMismatch
     from mcnet_basicsr.evaluation.resizer_table import measure
+    from mcnet_basicsr.utils.checkpoint import CheckpointError
     try:
         measure(args)
-    except RecordMismatch as err:
-        print(f'resizer_table.py: error: {err}', file=sys.stderr)  # one line; the record is as it was
+    except (RecordMismatch, CheckpointError, FileNotFoundError) as err:  # weights or data not fetched yet
+        print(f'resizer_table.py: error: {err}', file=sys.stderr)  # one line; the cells measured are kept
         sys.exit(2)
 
 

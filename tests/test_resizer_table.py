@@ -6,8 +6,10 @@ import json
 
 import cv2
 import numpy as np
+import pytest
+import yaml
 
-from conftest import REPO_ROOT, sample_photo
+from conftest import REPO_ROOT, load_script, sample_photo
 
 
 def test_row_channels_follow_the_prior(monkeypatch):
@@ -42,3 +44,29 @@ def test_colour_rows_run_told_the_resizer(tmp_path, monkeypatch):
     assert np.isfinite([anchor, layer]).all()
     assert anchor > bicubic + 0.5, (anchor, bicubic)  # 25.67 against 24.37 when written
     assert layer > anchor - 0.05, (layer, anchor)
+
+
+@pytest.mark.parametrize('script, missing', [('resizer_table', 'not_fetched_x2.pth'), ('resizer_table', 'Nope'),
+                                             ('kernel_table', 'kernels_12.mat')])
+def test_missing_weights_or_data_stop_the_table_with_one_line(script, missing, tmp_path, monkeypatch, capsys):
+    """A row whose option file names backbone weights that are not there (third-party ones not fetched yet), a set
+    or the kernels not in the data folder: the table script says what is missing in one line and exits 2, the record
+    as it was."""
+    opt = yaml.safe_load((REPO_ROOT / 'options' / 'test_mcnet_rcan_compact_x2.yml').read_text())
+    opt['network_g']['backbone']['path'] = 'experiments/pretrained_models/not_fetched_x2.pth'
+    opt['path']['pretrain_network_g'] = str(REPO_ROOT / opt['path']['pretrain_network_g'])
+    (tmp_path / 'options').mkdir()
+    (tmp_path / 'options' / 'test_unfetched_x2.yml').write_text(yaml.safe_dump(opt))
+    record = tmp_path / 'r.json'
+    record.write_text('{}')
+    args = (['--scale', '2', '--rows', 'unfetched@true', '--degradations', 'cv2-area'] if script == 'resizer_table'
+            else ['--rows', 'unfetched', '--families', 'x2'])
+    if missing == 'Nope':  # a set not fetched, for a row whose weights ship
+        args = ['--scale', '2', '--rows', 'mcnet_rcan_compact@true', '--degradations', 'cv2-area', '--sets', 'Nope']
+    monkeypatch.chdir(REPO_ROOT if missing == 'Nope' else tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        load_script(script).main(args + ['--data', str(tmp_path), '--device', 'cpu', '--out', str(record)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f'{script}.py: error: ') and missing in err, err
+    assert record.read_text() == '{}'
