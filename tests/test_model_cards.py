@@ -220,6 +220,21 @@ def test_resizer_layers_are_shipped_and_load_as_their_test_options_do(backbone, 
     assert os.path.isfile(pretrained.weight_path(card['layer']))
 
 
+FAMILY_CARDS = (('kernels', KERNEL_CARDS), ('resizers', RESIZER_CARDS))
+SHIPPED_BACKBONE_FAMILY_CARDS = [(b, s, f) for f, family_cards in FAMILY_CARDS for b, s in family_cards
+                                 if not pretrained._official_weights(b)]
+
+
+@pytest.mark.parametrize('backbone, scale, family', SHIPPED_BACKBONE_FAMILY_CARDS)
+def test_family_layers_run_on_the_shipped_backbone_of_their_scale(backbone, scale, family):
+    """A kernel or resizer layer of a shipped backbone builds with nothing given (its card names no backbone file:
+    the scale's MATLAB-bicubic card or the backbone's own does) and runs on the same weights as the backbone alone."""
+    net = pretrained.build_pretrained_mcnet(scale, backbone=backbone, family=family)
+    alone = pretrained.build_pretrained_backbone(backbone, scale).state_dict()
+    mine = net.backbone.state_dict()
+    assert mine.keys() == alone.keys() and all(torch.equal(mine[k], alone[k]) for k in alone), (backbone, scale)
+
+
 SETS = ('Set5', 'Set14', 'CBSD68')
 ROUTED = sorted({(b, s) for b, s in RESIZER_CARDS + KERNEL_CARDS if b not in UNTRAINED})  # trained layers: routed
 

@@ -81,7 +81,7 @@ def build_pretrained_backbone(name, scale, device='cpu'):
     card = model_card(name, scale)
     if card is None and MODELS['backbones'].get(name, {}).get('backbone') is None:
         raise ValueError(f'No {name} backbone ships for x{scale}; shipped backbones: {", ".join(BACKBONES)}.')
-    load_network(net, weight_path(_backbone_file(name, card)))
+    load_network(net, weight_path(_backbone_file(name, scale)))
     return net.eval().to(device)
 
 
@@ -90,9 +90,10 @@ def _official_weights(backbone):
     return any(card['backbone'] == 'official' for card in MODELS['backbones'][backbone].get('models', {}).values())
 
 
-def _backbone_file(backbone, card):
-    """The shipped backbone checkpoint of a card: the backbone's own where one serves every scale, else the card's."""
-    return MODELS['backbones'][backbone].get('backbone') or card['backbone']
+def _backbone_file(backbone, scale):
+    """The shipped backbone checkpoint at ``scale``: the backbone's own where one serves every scale, else the one its
+    MATLAB-bicubic card names (the layers of every family at that scale run on it)."""
+    return MODELS['backbones'][backbone].get('backbone') or model_card(backbone, scale)['backbone']
 
 
 def layer_file_options(state):
@@ -191,7 +192,7 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
     file_options = layer_file_options(load_state_dict(layer_path)) if layer_path else dict(file_options or {})
     beta = dict(layer_options.pop('beta', {}), **file_options.pop('beta', {}))
     net = MCNetArch(
-        backbone={'net': backbone, 'path': backbone_path or weight_path(_backbone_file(backbone, card))},
+        backbone={'net': backbone, 'path': backbone_path or weight_path(_backbone_file(backbone, scale))},
         operator={'type': 'bicubic', 'scale': scale},
         channels=channels or layer_channels,
         eps=eps,
