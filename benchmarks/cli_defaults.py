@@ -4,11 +4,11 @@ Each problem is written as a user has it: an 8-bit LR PNG (rounded) made from a 
 from :class:`~mcnet_basicsr.data.kernel_family.KernelFamily` (seeded; never the 12 kernels of Table K, never CBSD68)
 with circular boundary and upper-left decimation, optionally with Gaussian noise, or by a library resizer; the kernel
 as an ``.npy`` file. ``mcnet-sr`` runs in this process (its ``main``) with each of ``--variants`` (:data:`VARIANTS`:
-the untrained FFDNet layers, SRCNN's bicubic layer told the operator), and the written PNG is scored against the
-HR: PSNR on RGB uint8 with a border of s^2 (Table K's). Bicubic upsampling (MATLAB's) of the same LR is the floor.
-Also a smooth region, where a prior that invents texture loses to bicubic upsampling: a 96 x 96 crop of the evening
-sky in scikit-image's ``rocket`` photo (:data:`SMOOTH_CROP`; mean absolute difference of neighbouring values 0.6
-levels) under the first x2 kernel.
+the FFDNet layers, SRCNN's bicubic layer told the operator, the compact RCAN's layers), and the written PNG is scored
+against the HR: PSNR on RGB uint8 with a border of s^2 (Table K's). Bicubic upsampling (MATLAB's) of the same LR is
+the floor. Also a smooth region, where a prior that invents texture loses to bicubic upsampling: a 96 x 96 crop of
+the evening sky in scikit-image's ``rocket`` photo (:data:`SMOOTH_CROP`; mean absolute difference of neighbouring
+values 0.6 levels) under the first x2 kernel.
 
     python benchmarks/cli_defaults.py --data datasets --out results/cli_defaults.json
 """
@@ -27,10 +27,11 @@ from timing import device_name
 SMOOTH_CROP = ('rocket', 0, 272, 96)
 KERNEL_CASES = (('x2', 2, 0.0), ('x2_n2.55', 2, 2.55), ('x3_n7.65', 3, 7.65), ('x4', 4, 0.0))
 RESIZERS = ('pil-bicubic', 'cv2-area')
-# the models compared, by their --backbone: the FFDNet layers (FFDNetHQS's for a kernel, FFDNetPnP's for a resizer)
-# and SRCNN's bicubic layer told the operator
+# the models compared, by their --backbone: the FFDNet layers (FFDNetHQS's for a kernel, FFDNetPnP's for a resizer),
+# SRCNN's bicubic layer told the operator, and the compact RCAN's layers (for a resizer, the one its cards route it to)
 VARIANTS = {'ffdnet': {'kernel': ['--backbone', 'ffdnet_hqs'], 'degradation': ['--backbone', 'ffdnet_pnp']},
-            'srcnn': {'kernel': ['--backbone', 'srcnn'], 'degradation': ['--backbone', 'srcnn']}}
+            'srcnn': {'kernel': ['--backbone', 'srcnn'], 'degradation': ['--backbone', 'srcnn']},
+            'rcan_compact': {'kernel': ['--backbone', 'rcan_compact'], 'degradation': ['--backbone', 'rcan_compact']}}
 
 
 def parse_args(argv):

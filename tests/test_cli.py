@@ -141,13 +141,17 @@ def test_defaults_are_the_model_cards(tmp_path):
     kernel = tmp_path / 'k.npy'
     kernel.write_bytes(b'')  # the parser checks that it exists
     lr_options = {'bicubic': [[], ['--degradation', 'matlab-bicubic']], 'kernels': [['--kernel', str(kernel)]],
-                  'resizers': [['--degradation', 'pil-bicubic'], ['--degradation', 'cv2-area']]}
+                  'resizers': [['--degradation', 'pil-bicubic'], ['--degradation', 'cv2-area'],
+                               ['--degradation', 'cv2-cubic']]}
     for s in cli_options.SCALES:
         for family, cases in lr_options.items():
             for extra in cases:
                 args = parse('--scale', str(s), *extra)
                 default = MODELS['default'][family][s]
-                layers = 'bicubic' if default == 'srcnn' else family  # SRCNN: its bicubic layer told the resizer
+                layers = family
+                if family == 'resizers':  # x3: the RCAN layer trained for resizers on OpenCV's LR (its card's routes)
+                    routed = default == 'rcan_compact' and s == 3 and extra[-1] in ('cv2-area', 'cv2-cubic')
+                    layers = 'resizers' if routed else 'bicubic'
                 card = model_card(default, s, layers)
                 assert (args.backbone, args.layer_family) == (default, layers), (s, extra)
                 assert (args.tol, args.extrapolation) == (card['tol'], card['extrapolation'])

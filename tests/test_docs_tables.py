@@ -23,7 +23,7 @@ def doc_text():
 
 # a Table R table: its header names the scale and (unless each row does) the sets, then the resizers
 HEADER = re.compile(r'^\| x(\d)(?:, ([A-Za-z0-9 /]+))? \| (.*) \|$')
-BACKBONES = {'IMDN': 'imdn', 'PAN': 'pan', 'FFDNetPnP': 'ffdnet_pnp'}
+BACKBONES = {'IMDN': 'imdn', 'PAN': 'pan', 'FFDNetPnP': 'ffdnet_pnp', 'compact RCAN': 'rcan_compact'}
 
 
 def test_table_k_in_the_docs_is_the_records_rendered():
@@ -296,6 +296,16 @@ def test_kernel_priors_cli_table_is_its_record():
     labels, cases = _cli_rows(lines, '| LR made by, x2 / x3 | bicubic upsampling | `--backbone ffdnet_pnp` | '
                               '`--backbone srcnn` |', 'cli_defaults_resizers_x23_set5_cpu.json')
     assert [label.replace('`', '').replace(',', '') for label in labels] == cases
+    # x3 with the compact RCAN's layers: bicubic and rcan_compact from their record, srcnn from the x2 / x3 one
+    header = '| LR made by, x3 | bicubic upsampling | `--backbone srcnn` | `--backbone rcan_compact` |'
+    rows = _table_after(lines, header)
+    rcan = json.loads((RECORDS / 'cli_defaults_rcan_compact_x3_set5_cpu.json').read_text())['results']
+    srcnn = json.loads((RECORDS / 'cli_defaults_resizers_x23_set5_cpu.json').read_text())['results']
+    assert [label.strip('`') + ' x3' for label, _ in rows] == list(rcan)
+    mean = lambda entry, key: f'{sum(entry[key]) / len(entry[key]):.2f}'  # noqa: E731
+    for (label, values), (case, entry) in zip(rows, rcan.items()):
+        assert mean(entry, 'bicubic') == mean(srcnn[case], 'bicubic'), case  # the same LR
+        assert values == [mean(entry, 'bicubic'), mean(srcnn[case], 'srcnn'), mean(entry, 'rcan_compact')], label
 
 
 def _validations(log):
