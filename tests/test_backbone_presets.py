@@ -50,7 +50,8 @@ def test_shipped_layers_load_strictly_on_their_preset(layer):
         net = pretrained.build_pretrained_mcnet(scale, backbone=name, family=family)
     else:
         net = MCNetArch(backbone={'net': name, 'path': str(backbone_path) if backbone_path.is_file() else None},
-                        operator={'type': 'bicubic', 'scale': scale}, beta={'noise': 'log_beta_slope' in state})
+                        operator={'type': 'bicubic', 'scale': scale},
+                        **pretrained.layer_file_options(state))  # beta per noise level, a hyper-network
     assert (net.backbone_input, net.backbone_channels) == (BACKBONE_PRESETS[name]['input'],
                                                            BACKBONE_PRESETS[name]['channels'])
     result = net.load_state_dict(state, strict=True)
