@@ -272,6 +272,11 @@ def test_kernel_priors_table_k_tables_are_their_records():
         assert hqs["the layer's solves that reached the tolerance"][f] == reached
 
 
+def _case_mean(entry, key):
+    """A cli_defaults.py case's mean PSNR of ``key`` (a variant, or bicubic upsampling) as the docs print it."""
+    return f'{sum(entry[key]) / len(entry[key]):.2f}'
+
+
 def _cli_rows(lines, header, record):
     """The rows of the cli_defaults.py table under ``header`` beside the cases of ``record``, each row's PSNRs checked
     to be its case's means (bicubic, ffdnet, srcnn) to two decimals, one row per case in the record's order; returns
@@ -280,7 +285,7 @@ def _cli_rows(lines, header, record):
     results = json.loads((RECORDS / record).read_text())['results']
     assert len(rows) == len(results), record
     for (label, values), entry in zip(rows, results.values()):
-        assert values == [f'{sum(entry[k]) / len(entry[k]):.2f}' for k in ('bicubic', 'ffdnet', 'srcnn')], label
+        assert values == [_case_mean(entry, k) for k in ('bicubic', 'ffdnet', 'srcnn')], label
     return [label for label, _ in rows], list(results)
 
 
@@ -302,10 +307,10 @@ def test_kernel_priors_cli_table_is_its_record():
     rcan = json.loads((RECORDS / 'cli_defaults_rcan_compact_x3_set5_cpu.json').read_text())['results']
     srcnn = json.loads((RECORDS / 'cli_defaults_resizers_x23_set5_cpu.json').read_text())['results']
     assert [label.strip('`') + ' x3' for label, _ in rows] == list(rcan)
-    mean = lambda entry, key: f'{sum(entry[key]) / len(entry[key]):.2f}'  # noqa: E731
     for (label, values), (case, entry) in zip(rows, rcan.items()):
-        assert mean(entry, 'bicubic') == mean(srcnn[case], 'bicubic'), case  # the same LR
-        assert values == [mean(entry, 'bicubic'), mean(srcnn[case], 'srcnn'), mean(entry, 'rcan_compact')], label
+        assert _case_mean(entry, 'bicubic') == _case_mean(srcnn[case], 'bicubic'), case  # the same LR
+        assert values == [_case_mean(entry, 'bicubic'), _case_mean(srcnn[case], 'srcnn'),
+                          _case_mean(entry, 'rcan_compact')], label
 
 
 def _validations(log):
