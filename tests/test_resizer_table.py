@@ -23,7 +23,8 @@ def test_row_channels_follow_the_prior(monkeypatch):
 
 def test_colour_rows_run_told_the_resizer(tmp_path, monkeypatch):
     """FFDNetPnP told cv2-area and the layer around it, on a real photo: both well above bicubic upsampling of the
-    same uint8 LR (Y-PSNR, the table's metric), the layer not below its anchor by more than noise."""
+    same uint8 LR (Y-PSNR, the table's metric), the layer not below its anchor by more than noise; the layer's cell
+    holds whether its solves reached the tolerance, their largest final residual and their iterations."""
     import torch
 
     from mcnet_basicsr.evaluation.resizer_table import measure
@@ -44,6 +45,9 @@ def test_colour_rows_run_told_the_resizer(tmp_path, monkeypatch):
     assert np.isfinite([anchor, layer]).all()
     assert anchor > bicubic + 0.5, (anchor, bicubic)  # 25.67 against 24.37 when written
     assert layer > anchor - 0.05, (layer, anchor)
+    solve = cells['mcnet_ffdnet_pnp@true|x4|cv2-area|Tiny']  # the layer's cell records what its solves did
+    assert 'converged' not in cells['ffdnet_pnp@true|x4|cv2-area|Tiny']  # no solve
+    assert (solve['converged'] == 1.0) == (solve['residual_max'] <= 1e-4) and 1 <= solve['iterations'] <= 60
 
 
 @pytest.mark.parametrize('script, missing', [('resizer_table', 'not_fetched_x2.pth'), ('resizer_table', 'Nope'),

@@ -31,6 +31,17 @@ def row_channels(row, scale):
     return 'rgb' if colour else 'y'
 
 
+def solve_summary(solves):
+    """A cell's forward solves (one :class:`~mcnet_basicsr.deq.config.SolveStats` per image, a sample per channel
+    solved): the fraction of images whose every solve reached the tolerance, the largest final residual and the mean
+    iterations; empty without solves (a backbone alone)."""
+    if not solves:
+        return {}
+    return dict(converged=float(np.mean([bool(st.converged.all()) for st in solves])),
+                residual_max=max(float(st.residual.max()) for st in solves),
+                iterations=float(np.mean([float(st.iterations.double().mean()) for st in solves])))
+
+
 def measure(args):
     """``args.rows`` x ``args.degradations`` x ``args.sets`` at ``args.scale``, merged into the JSON ``args.out``."""
     import torch
@@ -64,7 +75,7 @@ def measure(args):
                 key = f'{row}|x{s}|{name}|{set_name}'
                 if key in cells:
                     continue
-                start, psnrs, ssims = time.perf_counter(), {}, {}
+                start, psnrs, ssims, solves = time.perf_counter(), {}, {}, []
                 for path in list_images(osp.join(args.data, set_name, 'HR')):
                     hr = mod_crop(read_hr(path), s)
                     lr_rgb = degraded_lr_uint8(op, hr)[..., ::-1].transpose(2, 0, 1).astype(np.float32) / 255
@@ -72,13 +83,18 @@ def measure(args):
                     with torch.no_grad():
                         if is_non_blind(net):
                             out = non_blind_forward(net, lr, op if told else build_degradation('matlab-bicubic', s))
+                        elif consistent:
+                            out, info = net.run(lr, operator=op if told else None)
+                            solves += [info['forward']] if 'forward' in info else []
                         else:
-                            out = net(lr, operator=op) if told else net(lr)
+                            out = net(lr)
                     y = luma(out.double().cpu())
                     psnrs[osp.basename(path)], ssims[osp.basename(path)] = y_uint8_metrics(y, hr, s)
                 cells[key] = dict(psnr=float(np.mean(list(psnrs.values()))), ssim=float(np.mean(list(ssims.values()))),
-                                  per_image=psnrs, seconds=time.perf_counter() - start)
+                                  per_image=psnrs, seconds=time.perf_counter() - start, **solve_summary(solves))
+                solved = (f', {100 * cells[key]["converged"]:.0f}% reached tol, largest residual '
+                          f'{cells[key]["residual_max"]:.1e}') if solves else ''
                 print(f'{row:>16} x{s} {name:>18} {set_name:>6} {cells[key]["psnr"]:.3f} dB '
-                      f'({cells[key]["seconds"]:.0f} s)', flush=True)
+                      f'({cells[key]["seconds"]:.0f} s{solved})', flush=True)
                 with open(args.out, 'w') as f:
                     json.dump(record, f, indent=1)
