@@ -149,8 +149,8 @@ def test_defaults_are_the_model_cards(tmp_path):
                 args = parse('--scale', str(s), *extra)
                 default = MODELS['default'][family][s]
                 layers = family
-                if family == 'resizers':  # x3: the RCAN layer trained for resizers on OpenCV's LR (its card's routes)
-                    routed = default == 'rcan_compact' and s == 3 and extra[-1] in ('cv2-area', 'cv2-cubic')
+                if family == 'resizers':  # the RCAN layer trained for resizers on OpenCV's LR, at x2 on Pillow's too
+                    routed = default == 'rcan_compact' and (s == 2 or extra[-1] in ('cv2-area', 'cv2-cubic'))
                     layers = 'resizers' if routed else 'bicubic'
                 card = model_card(default, s, layers)
                 assert (args.backbone, args.layer_family) == (default, layers), (s, extra)

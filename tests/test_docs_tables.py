@@ -301,16 +301,21 @@ def test_kernel_priors_cli_table_is_its_record():
     labels, cases = _cli_rows(lines, '| LR made by, x2 / x3 | bicubic upsampling | `--backbone ffdnet_pnp` | '
                               '`--backbone srcnn` |', 'cli_defaults_resizers_x23_set5_cpu.json')
     assert [label.replace('`', '').replace(',', '') for label in labels] == cases
-    # x3 with the compact RCAN's layers: bicubic and rcan_compact from their record, srcnn from the x2 / x3 one
-    header = '| LR made by, x3 | bicubic upsampling | `--backbone srcnn` | `--backbone rcan_compact` |'
+    # the compact RCAN's layers at x2-x4: bicubic and rcan_compact from their records, srcnn from the records above
+    header = '| LR made by | bicubic upsampling | `--backbone srcnn` | `--backbone rcan_compact` |'
     rows = _table_after(lines, header)
-    rcan = json.loads((RECORDS / 'cli_defaults_rcan_compact_x3_set5_cpu.json').read_text())['results']
-    srcnn = json.loads((RECORDS / 'cli_defaults_resizers_x23_set5_cpu.json').read_text())['results']
-    assert [label.strip('`') + ' x3' for label, _ in rows] == list(rcan)
-    for (label, values), (case, entry) in zip(rows, rcan.items()):
-        assert _case_mean(entry, 'bicubic') == _case_mean(srcnn[case], 'bicubic'), case  # the same LR
-        assert values == [_case_mean(entry, 'bicubic'), _case_mean(srcnn[case], 'srcnn'),
-                          _case_mean(entry, 'rcan_compact')], label
+    rcan, srcnn = {}, {}
+    for name in ('cli_defaults_rcan_compact_x24_set5_cpu.json', 'cli_defaults_rcan_compact_x3_set5_cpu.json'):
+        rcan.update(json.loads((RECORDS / name).read_text())['results'])
+    for name in ('cli_defaults_resizers_x23_set5_cpu.json', 'cli_defaults_set5_cpu.json',
+                 'cli_defaults_aliasing_set5_cpu.json'):
+        srcnn.update(json.loads((RECORDS / name).read_text())['results'])
+    cases = sorted(rcan, key=lambda case: case.split()[-1])  # by scale, each record's order within it
+    assert [label.replace('`', '').replace(',', '') for label, _ in rows] == cases
+    for (label, values), case in zip(rows, cases):
+        assert _case_mean(rcan[case], 'bicubic') == _case_mean(srcnn[case], 'bicubic'), case  # the same LR
+        assert values == [_case_mean(rcan[case], 'bicubic'), _case_mean(srcnn[case], 'srcnn'),
+                          _case_mean(rcan[case], 'rcan_compact')], label
 
 
 def _validations(log):

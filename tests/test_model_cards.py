@@ -46,12 +46,12 @@ def test_cards_are_complete_and_name_shipped_files():
 
 def test_defaults_per_family_of_lr_run_on_shipped_weights_alone():
     """The cards' ``default``: SRCNN for MATLAB-bicubic LR, FFDNetHQS and its trained layers for LR made by a blur
-    kernel, and for LR made by another resizer SRCNN (its bicubic layer told the resizer) at x2 and x4 and the compact
-    RCAN at x3 (its layer trained for resizers on OpenCV's area, linear and cubic LR, its bicubic layer on Pillow's);
+    kernel, and for LR made by another resizer the compact RCAN: its layer trained for resizers on OpenCV's area,
+    linear and cubic LR at every scale and on Pillow's bicubic at x2, its bicubic layer on Pillow's at x3 and x4;
     each runs without any weights fetched, and ``layer_family`` picks the family of its layer for such LR."""
     assert MODELS['default'] == {'bicubic': {2: 'srcnn', 3: 'srcnn', 4: 'srcnn'},
                                  'kernels': {2: 'ffdnet_hqs', 3: 'ffdnet_hqs', 4: 'ffdnet_hqs'},
-                                 'resizers': {2: 'srcnn', 3: 'rcan_compact', 4: 'srcnn'}}
+                                 'resizers': {2: 'rcan_compact', 3: 'rcan_compact', 4: 'rcan_compact'}}
     lr = {'bicubic': [{}], 'kernels': [{'kernel': 'k.npy'}],
           'resizers': [{'degradation': 'pil-bicubic'}, {'degradation': 'cv2-cubic'}]}
     for family, per_scale in MODELS['default'].items():
@@ -61,7 +61,7 @@ def test_defaults_per_family_of_lr_run_on_shipped_weights_alone():
                 assert cards.default_backbone(s, **given) == b and cards.lr_family(**given) == family
                 layers = cards.layer_family(b, s, **given)
                 expected = family if family != 'resizers' else (
-                    'resizers' if (b, s, given['degradation']) == ('rcan_compact', 3, 'cv2-cubic') else 'bicubic')
+                    'resizers' if s == 2 or given['degradation'] == 'cv2-cubic' else 'bicubic')
                 assert layers == expected, (family, s, given)
                 assert model_card(b, s, layers) is not None and not pretrained._official_weights(b), (family, s)
                 pretrained.check_available(b, s, family=layers)  # no path needed
