@@ -68,6 +68,21 @@ def test_kernel_table_cell_is_the_protocols_psnr_and_renders(data, monkeypatch, 
         build_row('mcnet_srcnn', 2, torch.device('cpu'), 1e-4, 5, tf32=True)
 
 
+def test_solve_summary_counts_an_image_converged_only_if_each_channel_is():
+    """A cell's solve statistics over batches of images (their R, G, B the samples): images whose every channel
+    reached the tolerance, the largest residual of any sample, iterations averaged per image then over images."""
+    from mcnet_basicsr.deq.config import SolverStats
+    from mcnet_basicsr.evaluation.kernel_table import solve_summary
+    two = SolverStats(iterations=torch.tensor([4, 4, 4, 10, 10, 100]), residual=torch.tensor([1e-5] * 5 + [3e-3]),
+                      converged=torch.tensor([True] * 5 + [False]))  # the second image's B channel stopped short
+    one = SolverStats(iterations=torch.tensor([7, 7, 7]), residual=torch.tensor([2e-5, 5e-5, 1e-5]),
+                      converged=torch.tensor([True] * 3))
+    summary = solve_summary([(two, 2), (one, 1)])
+    assert summary['converged'] == pytest.approx(2 / 3) and summary['residual_max'] == pytest.approx(3e-3)
+    assert summary['iterations'] == pytest.approx((4 + 40 + 7) / 3)
+    assert solve_summary([]) == {}
+
+
 def test_kernel_table_script_refuses_tf32_for_mcnet_rows(capsys, tmp_path):
     with pytest.raises(SystemExit):
         load_script('kernel_table').main(['--rows', 'pnp', 'mcnet_imdn', '--tf32', '--out', str(tmp_path / 'k')])

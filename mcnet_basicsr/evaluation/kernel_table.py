@@ -137,12 +137,28 @@ def protocol_forward(net, consistent, lr, op, sigma, device):
     return (y.clamp(0, 1) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy(), residuals, info
 
 
+def solve_summary(solves):
+    """A cell's forward solves, ``[(stats, images)]`` (:class:`~mcnet_basicsr.deq.config.SolverStats` of a batch of
+    ``images`` images, their channels the samples): the fraction of images whose every solve reached the tolerance,
+    the largest final residual and the mean iterations per image, as the records name them; empty without solves (a
+    backbone alone)."""
+    if not solves:
+        return {}
+    converged, iterations = [], []
+    for stats, images in solves:
+        converged += stats.converged.view(images, -1).all(1).tolist()
+        iterations += stats.iterations.double().view(images, -1).mean(1).tolist()
+    return dict(converged=float(np.mean(converged)), residual_max=max(float(st.residual.max()) for st, _ in solves),
+                iterations=float(np.mean(iterations)))
+
+
 def run_cell(net, consistent, groups, lrs, kernel, scale, sigma255, device, batch):
-    """Per-image PSNR (and, for consistent rows, iterations and the largest ||A x_c - b_c||) of one cell."""
+    """Per-image PSNR (and, for consistent rows, their solves for :func:`solve_summary` and the largest
+    ||A x_c - b_c||) of one cell."""
     from mcnet_basicsr.data.degradations import psnr_rgb_uint8
     from mcnet_basicsr.ops import build_operator
     op = build_operator({'type': 'blur', 'scale': scale, 'kernel': kernel})
-    out = {'psnr': {}, 'iterations': [], 'converged': [], 'residual_max': 0.0, 'fidelity_max': 0.0}
+    out = {'psnr': {}, 'solves': [], 'fidelity_max': 0.0}
     for items in groups.values():
         for i in range(0, len(items), batch):
             chunk = items[i:i + batch]
@@ -151,10 +167,7 @@ def run_cell(net, consistent, groups, lrs, kernel, scale, sigma255, device, batc
             if residuals is not None:
                 out['fidelity_max'] = max(out['fidelity_max'], float(residuals.max()))
             if 'forward' in info and type(net).__name__ == 'MCNetArch':
-                stats = info['forward']
-                out['iterations'] += stats.iterations.float().view(len(chunk), -1).mean(1).tolist()
-                out['converged'] += stats.converged.view(len(chunk), -1).all(1).tolist()
-                out['residual_max'] = max(out['residual_max'], float(stats.residual.max()))
+                out['solves'].append((info['forward'], len(chunk)))
             for (name, hr), img in zip(chunk, sr):
                 out['psnr'][name] = psnr_rgb_uint8(img, hr, scale**2)
     return out
@@ -201,9 +214,8 @@ def measure(args):
                                 args.batch)
                 seconds = time.perf_counter() - start
                 psnr = float(np.mean(list(cell['psnr'].values())))
-                its = float(np.mean(cell['iterations'])) if cell['iterations'] else None
-                solve = dict(converged=float(np.mean(cell['converged'])),
-                             residual_max=cell['residual_max']) if cell['converged'] else {}
+                solve = solve_summary(cell['solves'])
+                its = solve.pop('iterations', None)
                 cells[f'{row}|{fam}|k{k}'] = dict(psnr=psnr, images=len(cell['psnr']), seconds=seconds,
                                                   iterations=its, fidelity_max=cell['fidelity_max'], **solve,
                                                   per_image=cell['psnr'], **({'tf32': True} if args.tf32 else {}))

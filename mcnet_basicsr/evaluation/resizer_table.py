@@ -31,17 +31,6 @@ def row_channels(row, scale):
     return 'rgb' if colour else 'y'
 
 
-def solve_summary(solves):
-    """A cell's forward solves (one :class:`~mcnet_basicsr.deq.config.SolveStats` per image, a sample per channel
-    solved): the fraction of images whose every solve reached the tolerance, the largest final residual and the mean
-    iterations; empty without solves (a backbone alone)."""
-    if not solves:
-        return {}
-    return dict(converged=float(np.mean([bool(st.converged.all()) for st in solves])),
-                residual_max=max(float(st.residual.max()) for st in solves),
-                iterations=float(np.mean([float(st.iterations.double().mean()) for st in solves])))
-
-
 def measure(args):
     """``args.rows`` x ``args.degradations`` x ``args.sets`` at ``args.scale``, merged into the JSON ``args.out``."""
     import torch
@@ -53,7 +42,7 @@ def measure(args):
     from mcnet_basicsr.utils.color import luma
     from mcnet_basicsr.utils.images import list_images, mod_crop, read_hr
     from .evaluate import resolve_device
-    from .kernel_table import build_row, join_record
+    from .kernel_table import build_row, join_record, solve_summary
     device = resolve_device(args.device)
     record = {}
     if osp.isfile(args.out):
@@ -85,7 +74,7 @@ def measure(args):
                             out = non_blind_forward(net, lr, op if told else build_degradation('matlab-bicubic', s))
                         elif consistent:
                             out, info = net.run(lr, operator=op if told else None)
-                            solves += [info['forward']] if 'forward' in info else []
+                            solves += [(info['forward'], 1)] if 'forward' in info else []
                         else:
                             out = net(lr)
                     y = luma(out.double().cpu())
