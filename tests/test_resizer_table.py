@@ -50,6 +50,20 @@ def test_colour_rows_run_told_the_resizer(tmp_path, monkeypatch):
     assert (solve['converged'] == 1.0) == (solve['residual_max'] <= 1e-4) and 1 <= solve['iterations'] <= 60
 
 
+def test_fixed_iteration_rows_record_no_solve_statistics(tmp_path, monkeypatch):
+    """PnP-ADMM runs a fixed number of iterations and never 'converges': its cell, consistent as it is, holds no
+    solve statistics (the kernel table's rule: only an MCNet layer solves to a tolerance)."""
+    from mcnet_basicsr.evaluation.resizer_table import measure
+    (tmp_path / 'Tiny' / 'HR').mkdir(parents=True)
+    cv2.imwrite(str(tmp_path / 'Tiny' / 'HR' / 'a.png'), sample_photo('astronaut', 48, (200, 200))[:, :, ::-1])
+    out = tmp_path / 'r.json'
+    monkeypatch.chdir(REPO_ROOT)
+    measure(argparse.Namespace(scale=2, rows=['pnp@true'], degradations=['cv2-area'], sets=['Tiny'], tol=1e-4,
+                               max_iter=60, device='cpu', data=str(tmp_path), out=str(out)))
+    cell = json.loads(out.read_text())['cells']['pnp@true|x2|cv2-area|Tiny']
+    assert np.isfinite(cell['psnr']) and not {'converged', 'residual_max', 'iterations'} & set(cell)
+
+
 @pytest.mark.parametrize('script, missing', [('resizer_table', 'not_fetched_x2.pth'), ('resizer_table', 'Nope'),
                                              ('kernel_table', 'kernels_12.mat')])
 def test_missing_weights_or_data_stop_the_table_with_one_line(script, missing, tmp_path, monkeypatch, capsys):

@@ -137,6 +137,12 @@ def protocol_forward(net, consistent, lr, op, sigma, device):
     return (y.clamp(0, 1) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy(), residuals, info
 
 
+def tolerance_solve(net, info):
+    """The forward solve's statistics in ``info`` (a consistent row's ``run``) where ``net`` solves to a tolerance (an
+    MCNet layer), else None: the fixed-iteration baselines (PnP-ADMM, TV-TV) never 'converge'."""
+    return info.get('forward') if type(net).__name__ == 'MCNetArch' else None
+
+
 def solve_summary(solves):
     """A cell's forward solves, ``[(stats, images)]`` (:class:`~mcnet_basicsr.deq.config.SolverStats` of a batch of
     ``images`` images, their channels the samples): the fraction of images whose every solve reached the tolerance,
@@ -166,8 +172,9 @@ def run_cell(net, consistent, groups, lrs, kernel, scale, sigma255, device, batc
                                                    sigma255 / 255.0, device)
             if residuals is not None:
                 out['fidelity_max'] = max(out['fidelity_max'], float(residuals.max()))
-            if 'forward' in info and type(net).__name__ == 'MCNetArch':
-                out['solves'].append((info['forward'], len(chunk)))
+            stats = tolerance_solve(net, info)
+            if stats is not None:
+                out['solves'].append((stats, len(chunk)))
             for (name, hr), img in zip(chunk, sr):
                 out['psnr'][name] = psnr_rgb_uint8(img, hr, scale**2)
     return out

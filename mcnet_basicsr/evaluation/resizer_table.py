@@ -42,7 +42,7 @@ def measure(args):
     from mcnet_basicsr.utils.color import luma
     from mcnet_basicsr.utils.images import list_images, mod_crop, read_hr
     from .evaluate import resolve_device
-    from .kernel_table import build_row, join_record, solve_summary
+    from .kernel_table import build_row, join_record, solve_summary, tolerance_solve
     device = resolve_device(args.device)
     record = {}
     if osp.isfile(args.out):
@@ -74,7 +74,8 @@ def measure(args):
                             out = non_blind_forward(net, lr, op if told else build_degradation('matlab-bicubic', s))
                         elif consistent:
                             out, info = net.run(lr, operator=op if told else None)
-                            solves += [(info['forward'], 1)] if 'forward' in info else []
+                            stats = tolerance_solve(net, info)
+                            solves += [(stats, 1)] if stats is not None else []
                         else:
                             out = net(lr)
                     y = luma(out.double().cpu())
