@@ -1,8 +1,9 @@
 """Lab: what a colour, noise-aware prior gives the layer, on Set5 with kernels of the training family.
 
 Every method sees USRNet's measurement (circular blur, upper-left decimation, uint8-truncated LR, Gaussian noise) of
-Set5 under kernels drawn from :class:`~mcnet_basicsr.data.kernel_family.KernelFamily` with a fixed seed (never the 12
-kernels of Table K, never CBSD68), and each consistent method is told the kernel, the truncation (``b = lr + 0.5 /
+Set5 (or ``--set``, e.g. the first ``--images`` of BSD200 as ``--crop`` centred crops) under kernels drawn from
+:class:`~mcnet_basicsr.data.kernel_family.KernelFamily` with a fixed seed (never the 12 kernels of Table K, never
+CBSD68), and each consistent method is told the kernel, the truncation (``b = lr + 0.5 /
 255``, eps at the uint8 level) and the noise, and makes each of R, G and B consistent:
 
 - ``usrnet_tiny``: USRNet-tiny alone (official weights);
@@ -18,6 +19,9 @@ kernels of Table K, never CBSD68), and each consistent method is told the kernel
 
     python benchmarks/prior_study.py --data datasets --weights experiments/pretrained_models --out study.json
 
+``--beta-slopes`` and ``--level-gains`` add layers whose beta and level start from other functions of the noise
+(``b1`` and ``exp(c)`` of :class:`FFDNetLayer`); ``--layers-only`` leaves out the PnP rows.
+
 With ``--rows``, option-file rows instead (``options/test_<row>_x<s>.yml``, run from the repository root as
 ``scripts/kernel_table.py`` runs them, told the same measurement), e.g. the shipped ``ffdnet_hqs`` and
 ``mcnet_ffdnet_hqs`` beside ``usrnet_tiny``; the record keeps each consistent row's convergence.
@@ -25,6 +29,7 @@ With ``--rows``, option-file rows instead (``options/test_<row>_x<s>.yml``, run 
 PSNR on RGB uint8 with a border of s^2, as Table K's.
 """
 import argparse
+import itertools
 import json
 import math
 import os.path as osp
@@ -42,7 +47,10 @@ FAMILIES = {'x2': (2, 0.0), 'x3': (3, 0.0), 'x3_n2.55': (3, 2.55), 'x3_n7.65': (
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('--data', default='datasets', help='folder with Set5/HR')
+    p.add_argument('--data', default='datasets', help='folder with <--set>/HR')
+    p.add_argument('--set', default='Set5', help='the selection set (never CBSD68: Table K tests on it)')
+    p.add_argument('--images', type=int, default=0, help='the first N images of --set (sorted; 0: all)')
+    p.add_argument('--crop', type=int, default=0, help='a centred S x S crop of each image (0: the whole image)')
     p.add_argument('--weights', default='experiments/pretrained_models',
                    help='folder with usrnet_tiny.pth and ffdnet_color.pth')
     p.add_argument('--kernels', type=int, default=4, help='family kernels per family (seeded draws)')
@@ -52,9 +60,15 @@ def parse_args(argv):
                    help='also layers anchored at bicubic upsampling, with these betas')
     p.add_argument('--prior', help='the colour FFDNet weights (default: ffdnet_color.pth of --weights)')
     p.add_argument('--prior-sigmas', type=float, nargs='+', default=[3.0, 7.0], help="the layer's FFDNet level (/255)")
+    p.add_argument('--beta-slopes', type=float, nargs='+', default=[0.0],
+                   help='g of beta(sigma) = beta exp(g 255 sigma) for the USRNet-anchored layers')
+    p.add_argument('--level-gains', type=float, nargs='+', default=[1.0],
+                   help='k of level(sigma) = sqrt(sp^2 + k^2 sigma^2) for the USRNet-anchored layers (0: the LR '
+                   'noise does not reach the level)')
     p.add_argument('--table-k', action='store_true',
                    help="Table K's protocol instead (CBSD68, the 12 kernels): USRNet-tiny and the layers only, never "
                    'to select or tune')
+    p.add_argument('--layers-only', action='store_true', help='USRNet-tiny, its projection and the layers: no PnP rows')
     p.add_argument('--rows', nargs='+', metavar='ROW', help='option-file rows instead of the study\'s methods')
     p.add_argument('--layer', help='also a layer trained by train_prior_probe.py (its state file)')
     p.add_argument('--device', default='cuda')
@@ -87,13 +101,14 @@ def project_rgb(op, x, b, eps):
 class FFDNetLayer(nn.Module):
     """The MCNet map with a colour FFDNet as R, told its level: ``u = R(x + lam, level)``, ``x+ = P_S[(beta w + rho
     (u - lam)) / (beta + rho)]``, ``lam+ = lam + x+ - u`` with rho = 1, ``beta = exp(b0 + b1 255 sigma)`` and
-    ``level = sqrt(sp^2 + exp(2 c) sigma^2)`` for LR noise ``sigma`` per sample (b1 = 0, c = 0 at the start)."""
+    ``level = sqrt(sp^2 + exp(2 c) sigma^2)`` for LR noise ``sigma`` per sample (``b1 = slope``, ``c = log(gain)`` at
+    the start; 0 and 0 by default)."""
 
-    def __init__(self, prior, beta, sp):
+    def __init__(self, prior, beta, sp, slope=0.0, gain=1.0):
         super().__init__()
         self.prior = prior
-        self.log_beta = nn.Parameter(torch.tensor([math.log(beta), 0.0]))
-        self.log_level = nn.Parameter(torch.tensor([math.log(sp), 0.0]))
+        self.log_beta = nn.Parameter(torch.tensor([math.log(beta), slope]))
+        self.log_level = nn.Parameter(torch.tensor([math.log(sp), math.log(gain) if gain > 0 else -math.inf]))
 
     def parameters_of(self, sigma, n, device):
         """``(beta (N, 1, 1, 1), level (N,))`` for LR noise ``sigma`` (a float or (N,))."""
@@ -142,7 +157,7 @@ def load_networks(folder, prior=None):
 
 
 def problems(args, fam):
-    """``(kernel, hr, lr)`` of one family: Set5 under seeded family kernels, or with ``--table-k`` Table K's CBSD68
+    """``(kernel, hr, lr)`` of one family: ``--set`` under seeded family kernels, or with ``--table-k`` Table K's CBSD68
     under its 12 kernels (the LR made in parallel processes, as ``scripts/kernel_table.py`` makes it)."""
     from PIL import Image
 
@@ -160,16 +175,31 @@ def problems(args, fam):
                 for name, hr in items:
                     yield kernel, hr, lrs[name]
         return
+    if args.set == 'CBSD68':
+        raise SystemExit('CBSD68 is the test set of Table K: select on another set (--table-k measures on it).')
+    paths = list_images(osp.join(args.data, args.set, 'HR'))[:args.images or None]
     for kernel, _ in family_kernels(args.kernels):
-        for path in list_images(osp.join(args.data, 'Set5', 'HR')):
-            hr = usrnet_mod_crop(np.asarray(Image.open(path).convert('RGB')), scale)
+        for path in paths:
+            hr = centre_crop(np.asarray(Image.open(path).convert('RGB')), args.crop)
+            hr = usrnet_mod_crop(hr, scale)
             yield kernel, hr, usrnet_lr(hr, kernel, scale, noise255 / 255.0)
+
+
+def centre_crop(img, size):
+    """The centred ``size`` x ``size`` crop of ``img`` (H, W, C); ``img`` itself for 0 or a smaller image."""
+    h, w = img.shape[:2]
+    if not size or h < size or w < size:
+        return img
+    top, left = (h - size) // 2, (w - size) // 2
+    return img[top:top + size, left:left + size]
 
 
 def write_record(args, results):
     """The record of what is measured so far (written after each family)."""
+    images = f'the first {args.images} of ' if args.images else ''
+    crop = f', centred {args.crop} x {args.crop} crops' if args.crop else ''
     protocol = ('Table K: CBSD68, the 12 kernels' if args.table_k else
-                f'Set5, {args.kernels} KernelFamily() kernels (seed 2024)')
+                f'{images}{args.set}{crop}, {args.kernels} KernelFamily() kernels (seed 2024)')
     device = device_name(torch.device(args.device))
     record = {'protocol': f'{protocol}, USRNet measurement, PSNR RGB uint8 border s^2', 'device': device,
               'results': results}
@@ -291,17 +321,19 @@ def main(argv=None):
                     return x
 
                 bicubic = project(imresize(lr_t.clamp(0, 1), scale))
-                if not args.table_k:
+                if not (args.table_k or args.layers_only):
                     timed('pnp_ffdnet_bicubic', lambda: pnp(bicubic, 24, 49 / 255, max(scale, noise255) / 255.0))
                     lo = max(1.0, noise255) / 255.0
                     for steps, s0 in ((4, 5.0), (8, 10.0)):
                         timed(f'pnp_ffdnet_usrnet {steps} {s0:g}',
                               lambda: pnp(project(w), steps, max(s0 / 255, lo), lo))
-                for beta in args.betas:
-                    for sp in args.prior_sigmas:
-                        layer = FFDNetLayer(ffdnet, beta, sp / 255.0).to(dev)
-                        timed(f'layer_ffdnet_usrnet beta={beta:g} sp={sp:g}',
-                              lambda: layer.solve(w, b, op, eps, sigma))
+                for beta, sp, slope, gain in itertools.product(args.betas, args.prior_sigmas, args.beta_slopes,
+                                                               args.level_gains):
+                    layer = FFDNetLayer(ffdnet, beta, sp / 255.0, slope, gain).to(dev)
+                    name = f'layer_ffdnet_usrnet beta={beta:g} sp={sp:g}'
+                    name += f' slope={slope:g}' if slope else ''
+                    name += f' gain={gain:g}' if gain != 1 else ''
+                    timed(name, lambda: layer.solve(w, b, op, eps, sigma))
                 for beta in args.bicubic_betas:
                     for sp in args.prior_sigmas:
                         layer = FFDNetLayer(ffdnet, beta, sp / 255.0).to(dev)

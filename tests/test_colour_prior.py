@@ -357,3 +357,19 @@ def test_kernel_table_row_agrees_with_the_lab_layer(tmp_path, monkeypatch):
     assert set(lab) == set(cell['per_image'])
     for name, psnr in lab.items():
         assert abs(cell['per_image'][name] - psnr) <= 1e-3, (name, cell['per_image'][name], psnr)
+
+
+def test_lab_layer_noise_functions():
+    """The prior study's layer (benchmarks/prior_study.py) starts beta at ``beta exp(slope 255 sigma)`` and its level
+    at ``sqrt(sp^2 + gain^2 sigma^2)``, gain 0 keeping sp at any noise; its centred crop is the image's middle."""
+    import prior_study
+    sigma = torch.tensor([0.0, 2.55 / 255, 7.65 / 255])
+    for slope, gain in ((0.0, 1.0), (0.30099, 0.5), (0.30099, 0.0)):
+        layer = prior_study.FFDNetLayer(None, 3.0, 5 / 255, slope, gain)
+        with torch.no_grad():
+            beta, level = layer.parameters_of(sigma, 3, 'cpu')
+        torch.testing.assert_close(beta.view(-1), 3 * torch.exp(slope * 255 * sigma), rtol=1e-5, atol=0)
+        torch.testing.assert_close(level, ((5 / 255)**2 + gain**2 * sigma**2).sqrt(), rtol=1e-5, atol=0)
+    img = np.arange(5 * 7 * 3).reshape(5, 7, 3)
+    np.testing.assert_array_equal(prior_study.centre_crop(img, 3), img[1:4, 2:5])
+    assert prior_study.centre_crop(img, 0) is img and prior_study.centre_crop(img, 6) is img

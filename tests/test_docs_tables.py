@@ -197,6 +197,26 @@ def test_kernel_priors_tables_are_their_records():
                               for f in PRIOR_FAMILIES], label
 
 
+def test_noise_level_study_table_is_its_record():
+    """docs/kernel_priors.md's table of the level's noise gain and the growing beta: every cell is its record's mean
+    over USRNet-tiny (four decimals), its images below USRNet-tiny and its mean iterations."""
+    rows = _table_after(_prior_pages_lines(), '| beta, level (sp 5 / 255) | x3, 2.55 | x3, 7.65 |')
+    results = json.loads((RECORDS / 'prior_study_bsd200_noisy_cpu.json').read_text())['results']
+    gains = {'k = 1': '', 'k = 0.5': ' gain=0.5', 'k = 0': ' gain=0'}
+    assert len(rows) == 6
+    for label, values in rows:
+        beta, gain = (p.strip() for p in label.split(','))
+        slope = '' if beta == '3' else ' slope=0.30099'
+        entry = results[f'layer_ffdnet_usrnet beta=3 sp=5{slope}{gains[gain]}']
+        cells = []
+        for fam in ('x3_n2.55', 'x3_n7.65'):
+            alone = results['usrnet_tiny'][fam]['psnr']
+            diff = [a - u for a, u in zip(entry[fam]['psnr'], alone)]
+            mean_it = sum(entry[fam]['iterations']) / len(diff)
+            cells.append(f'{sum(diff) / len(diff):+.4f} dB, {sum(d < 0 for d in diff)} below, {mean_it:.1f} it.')
+        assert values == cells, label
+
+
 @functools.lru_cache(maxsize=None)
 def _record_cells(record):
     """A Table K record's cells, read once per test session."""
