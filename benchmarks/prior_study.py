@@ -3,8 +3,8 @@
 Every method sees USRNet's measurement (circular blur, upper-left decimation, uint8-truncated LR, Gaussian noise) of
 Set5 (or ``--set``, e.g. the first ``--images`` of BSD200 as ``--crop`` centred crops) under kernels drawn from
 :class:`~mcnet_basicsr.data.kernel_family.KernelFamily` with a fixed seed (never the 12 kernels of Table K, never
-CBSD68), and each consistent method is told the kernel, the truncation (``b = lr + 0.5 /
-255``, eps at the uint8 level) and the noise, and makes each of R, G and B consistent:
+CBSD68), and each consistent method is told the kernel, the truncation (``b = lr + 0.5 / 255``, eps at the uint8
+level) and the noise, and makes each of R, G and B consistent:
 
 - ``usrnet_tiny``: USRNet-tiny alone (official weights);
 - ``proj(usrnet_tiny)``: its output projected exactly onto the measurement ball;
