@@ -8,7 +8,11 @@ the FFDNet layers, SRCNN's bicubic layer told the operator, the compact RCAN's l
 against the HR: PSNR on RGB uint8 with a border of s^2 (Table K's). Bicubic upsampling (MATLAB's) of the same LR is
 the floor. Also a smooth region, where a prior that invents texture loses to bicubic upsampling: a 96 x 96 crop of
 the evening sky in scikit-image's ``rocket`` photo (:data:`SMOOTH_CROP`; mean absolute difference of neighbouring
-values 0.6 levels) under the first x2 kernel.
+values 0.6 levels) under the first x2 kernel; with ``--smooth-set``, also the smoothest regions of a selection set
+(:func:`smoothest_window` of each image, the ``--smooth-count`` smoothest of them) under the same kernel. ``--rows``
+adds option-file rows as the kernel table builds them (``options/test_<row>_x<s>.yml``, e.g. USRNet-tiny, whose weights
+are fetched) on the kernel cases: a non-blind network told the LR as it is, the kernel, the scale and the noise; an
+MCNet layer told the LR as ``mcnet-sr`` tells it (the uint8 ball around the LR, widened by the noise).
 
     python benchmarks/cli_defaults.py --data datasets --out results/cli_defaults.json
 """
@@ -42,6 +46,12 @@ def parse_args(argv):
     p.add_argument('--resizers', nargs='+', default=list(RESIZERS), help='the resizers of the resizer cases')
     p.add_argument('--resizer-scales', type=int, nargs='+', default=[4], help='the scales of the resizer cases')
     p.add_argument('--cases', nargs='+', help='only these cases (e.g. "kernel x2", "pil-bicubic x4", "smooth")')
+    p.add_argument('--smooth-set', help='also the smoothest regions of this set\'s HR images (never CBSD68)')
+    p.add_argument('--smooth-images', type=int, default=0, help='the first N images of --smooth-set (0: all)')
+    p.add_argument('--smooth-count', type=int, default=12, help='how many of their smoothest regions')
+    p.add_argument('--rows', nargs='+', default=[], metavar='ROW',
+                   help='option-file rows also scored on the kernel cases (e.g. usrnet_tiny; run from the repository '
+                        'root)')
     p.add_argument('--device', default='cpu')
     p.add_argument('--out', required=True)
     return p.parse_args(argv)
@@ -55,6 +65,40 @@ def write_png(path, rgb):
 def read_png(path):
     import cv2
     return cv2.imread(path, cv2.IMREAD_COLOR)[:, :, ::-1]
+
+
+def smoothest_window(img, size, stride=16):
+    """``(flatness, top, left)`` of the ``size`` x ``size`` window of ``img`` (H, W, C uint8) on a ``stride`` grid
+    with the least flatness: the mean absolute difference of vertically and of horizontally neighbouring values, in
+    levels, averaged."""
+    g = img.astype(np.float64)
+    dy, dx = np.abs(np.diff(g, axis=0)).mean(axis=2), np.abs(np.diff(g, axis=1)).mean(axis=2)
+    best = None
+    for top in range(0, g.shape[0] - size + 1, stride):
+        for left in range(0, g.shape[1] - size + 1, stride):
+            flat = (dy[top:top + size - 1, left:left + size].mean()
+                    + dx[top:top + size, left:left + size - 1].mean()) / 2
+            if best is None or flat < best[0]:
+                best = (float(flat), top, left)
+    return best
+
+
+def smooth_regions(args):
+    """``(name, flatness, hr)`` of the ``--smooth-count`` smoothest regions of ``--smooth-set``, the smoothest
+    ``SMOOTH_CROP``-sized window of each image, smoothest first."""
+    from PIL import Image
+
+    from mcnet_basicsr.utils.images import list_images
+    if args.smooth_set == 'CBSD68':
+        raise SystemExit('CBSD68 is the test set of Table K: take smooth regions of another set.')
+    size = SMOOTH_CROP[3]
+    found = []
+    for path in list_images(osp.join(args.data, args.smooth_set, 'HR'))[:args.smooth_images or None]:
+        img = np.asarray(Image.open(path).convert('RGB'))
+        flat, top, left = smoothest_window(img, size)
+        found.append((flat, osp.basename(path), img[top:top + size, left:left + size]))
+    found.sort(key=lambda f: f[0])
+    return [(name, flat, hr) for flat, name, hr in found[:args.smooth_count]]
 
 
 def problems(args):
@@ -98,6 +142,32 @@ def problems(args):
     hr = getattr(data, photo)()[top:top + size, left:left + size]
     op = build_operator({'type': 'blur', 'scale': 2, 'kernel': kernels[0]})
     yield f'smooth {photo} x2', hr, measure(op, hr, 0.0, 0), {'kernel': kernels[0], 'noise': 0.0}, 2
+    if args.smooth_set:
+        for name, flat, hr in smooth_regions(args):
+            yield (f'smooth {args.smooth_set} x2', hr, measure(op, hr, 0.0, 0),
+                   {'kernel': kernels[0], 'noise': 0.0, 'region': f'{name} (flatness {flat:.2f})'}, 2)
+
+
+def score_row(row, built, lr, extra, scale, device):
+    """The uint8 output (H, W, 3) of the option-file row ``row`` (``built``: ``build_row``'s ``(net, consistent)``)
+    on the uint8 ``lr`` made by ``extra``'s kernel and noise: an MCNet layer told the LR itself (the uint8 ball around
+    it, widened by the noise, as ``mcnet-sr`` tells it), another row as the kernel table runs it."""
+    import torch
+
+    from mcnet_basicsr.evaluation.kernel_table import protocol_forward
+    from mcnet_basicsr.ops import build_operator
+    net, consistent = built
+    if net is None:
+        raise SystemExit(f'--rows {row}: options/test_{row}_x{scale}.yml or its weights are missing (run from the '
+                         'repository root; scripts/fetch_assets.py fetches third-party weights).')
+    op = build_operator({'type': 'blur', 'scale': scale, 'kernel': extra['kernel']})
+    sigma = extra['noise'] / 255.0
+    x = np.ascontiguousarray(lr, dtype=np.float32)[None] / 255
+    if not consistent:
+        return protocol_forward(net, False, x, op, sigma, torch.device(device))[0][0]
+    with torch.no_grad():
+        y, _ = net.run(torch.from_numpy(x).permute(0, 3, 1, 2).to(device), operator=op, noise_sigma=sigma or None)
+    return (y.clamp(0, 1) * 255).round().byte()[0].permute(1, 2, 0).cpu().numpy()
 
 
 def main(argv=None):
@@ -106,8 +176,9 @@ def main(argv=None):
 
     from mcnet_basicsr.cli.main import main as mcnet_sr
     from mcnet_basicsr.data.degradations import psnr_rgb_uint8
+    from mcnet_basicsr.evaluation.kernel_table import build_row
     from mcnet_basicsr.ops import imresize
-    results, models = {}, {}
+    results, models, rows = {}, {}, {}
     tmp = tempfile.mkdtemp(prefix='cli_defaults_')
     for n, (case, hr, lr, extra, scale) in enumerate(problems(args)):
         if args.cases and not any(case.startswith(c) for c in args.cases):
@@ -134,10 +205,19 @@ def main(argv=None):
             sr = read_png(osp.join(out, f'p{n}_x{scale}.png'))
             entry.setdefault(variant, []).append(psnr_rgb_uint8(sr, hr, scale**2))
             entry.setdefault(f'{variant} seconds', []).append(time.perf_counter() - t0)
-        line = '  '.join(f'{k} {np.mean(v):.2f}' for k, v in entry.items() if 'seconds' not in k)
+        if 'kernel' in extra:
+            for row in args.rows:
+                if (row, scale) not in rows:
+                    rows[row, scale] = build_row(row, scale, torch.device(args.device), 1e-4, 60)
+                entry.setdefault(row, []).append(psnr_rgb_uint8(score_row(row, rows[row, scale], lr, extra, scale,
+                                                                          args.device), hr, scale**2))
+        if 'region' in extra:
+            entry.setdefault('regions', []).append(extra['region'])
+        line = '  '.join(f'{k} {np.mean(v):.2f}' for k, v in entry.items() if k != 'regions' and 'seconds' not in k)
         print(f'{case:>20} ({len(entry["bicubic"])} images)  {line}', flush=True)
         resizer_scales = ', '.join(f'x{s}' for s in args.resizer_scales)
-        record = {'protocol': f'Set5 (family kernels, seed 2024; resizers {resizer_scales}) and a smooth crop, '
+        smooth = f' and the smoothest regions of {args.smooth_set}' if args.smooth_set else ''
+        record = {'protocol': f'Set5 (family kernels, seed 2024; resizers {resizer_scales}) and a smooth crop{smooth}, '
                               '8-bit LR PNG, mcnet-sr in process, PSNR RGB uint8 border s^2',
                   'device': device_name(torch.device(args.device)), 'results': results}
         with open(args.out, 'w') as f:

@@ -315,3 +315,21 @@ def test_tolerance_sweep_scores_the_extrapolated_output(data_root):
 def test_tolerance_sweep_explains_missing_data(tmp_path):
     with pytest.raises(SystemExit, match='prepare_datasets'):
         sweep.main(['--scale', '2', '--datasets', 'Set5', '--data-root', str(tmp_path), '--limit', '1'])
+
+
+def test_cli_defaults_smoothest_window_and_its_selection_set():
+    """benchmarks/cli_defaults.py's smooth regions: the window of least mean absolute neighbour difference (a flat
+    patch among noise, on the stride's grid; a ramp's flatness is the mean of its two slopes), never taken from
+    CBSD68."""
+    import argparse
+
+    import cli_defaults
+    img = np.random.default_rng(0).integers(0, 256, (80, 112, 3)).astype(np.uint8)
+    img[32:64, 48:80] = 128
+    assert cli_defaults.smoothest_window(img, 32) == (0.0, 32, 48)
+    y, x = np.mgrid[0:40, 0:40]
+    ramp = np.repeat((2 * x + y)[:, :, None], 3, axis=2).astype(np.uint8)
+    assert cli_defaults.smoothest_window(ramp, 40) == (1.5, 0, 0)
+    with pytest.raises(SystemExit, match='CBSD68'):
+        cli_defaults.smooth_regions(argparse.Namespace(smooth_set='CBSD68', data='datasets', smooth_images=0,
+                                                       smooth_count=1))
