@@ -362,6 +362,22 @@ def test_kernel_layers_usrnet_and_smooth_tables_are_their_record():
     assert smooth['the largest shortfall'] == ['-'] + [f'{-min(diffs):.2f}' for diffs in below]
 
 
+def test_kernel_layers_anchor_table_is_its_record():
+    """docs/kernel_layers.md's table of FFDNetHQS's prior and scheme beside USRNet-tiny (benchmarks/hqs_study.py):
+    every PSNR is its method's Set5 mean in the record to two decimals."""
+    results = json.loads((RECORDS / 'hqs_study_set5_cpu.json').read_text())['results']
+    rows = dict(_table_after(_prior_pages_lines(), '| Set5, 2 family kernels | x3, noise 7.65 | x4 |'))
+    methods = {'USRNet-tiny (trained end to end)': 'usrnet_tiny',
+               "FFDNetHQS, our FFDNet, DPIR's settings (lam 0.23, last level max(s, noise))": 'ours lam=0.23 n=24',
+               "the same with KAIR's FFDNet": 'kair lam=0.23 n=24', 'our FFDNet, lam 0.1': 'ours lam=0.1 n=24',
+               "KAIR's FFDNet, lam 0.1": 'kair lam=0.1 n=24',
+               'our FFDNet, the last level doubled': 'ours lam=0.23 n=24 floor=2'}
+    assert list(rows) == list(methods)
+    for label, method in methods.items():
+        entry = results[method if method == 'usrnet_tiny' else f'ffdnet_hqs {method}']
+        assert rows[label] == [_case_mean(entry[f], 'psnr') for f in ('x3_n7.65', 'x4')], label
+
+
 def _validations(log):
     """``{iteration: Set5 Y-PSNR}`` of a training log: each validation under the iteration logged last before it."""
     iteration, out = None, {}

@@ -83,6 +83,22 @@ def test_ffdnet_hqs_levels_run_from_level_hi_down_to_the_scale_or_the_noise():
     assert torch.allclose(ratios, ratios[:, :1].expand_as(ratios), rtol=1e-5)
 
 
+def test_hqs_study_builds_ffdnet_hqs_with_its_settings_and_a_raised_last_level():
+    """benchmarks/hqs_study.py's solvers: at gain 1 FFDNetHQS itself with the given data weight and iterations and the
+    given FFDNet weights; a floor gain g ends the levels at g max(s, noise) / 255, still log-spaced from level_hi."""
+    import hqs_study  # the lab's (benchmarks/ is on the tests' sys.path)
+    state = FFDNet(num_feat=96, num_layer=12).state_dict()
+    plain = hqs_study.build_hqs(state, 0.1, 5, 1.0)
+    assert type(plain) is FFDNetHQS and plain.lam == 0.1 and plain.n_iter == 5
+    assert all(torch.equal(plain.state_dict()[k], v) for k, v in state.items())
+    sigma = torch.tensor([0.0, 7.65 / 255])
+    floored = hqs_study.build_hqs(state, 0.23, 5, 2.0).levels(3, sigma)
+    torch.testing.assert_close(floored[:, 0], torch.full((2, ), 49 / 255))
+    torch.testing.assert_close(floored[:, -1], 2 * plain.levels(3, sigma)[:, -1])
+    ratios = floored[:, 1:] / floored[:, :-1]
+    torch.testing.assert_close(ratios, ratios[:, :1].expand_as(ratios))
+
+
 @pytest.fixture(scope='module')
 def photo_problem():
     """A photo (96 x 96 HR) under a Gaussian kernel at x2 by the kernel table's protocol: ``(hr, lr, kernel)``."""
