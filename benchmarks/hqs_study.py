@@ -20,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from prior_study import FAMILIES, load_networks, print_family, problems, write_record
+from prior_study import FAMILIES, add_problem_args, load_networks, print_family, problems, write_record
 from timing import device_name, sync
 
 OURS = osp.join('mcnet_basicsr', 'weights', 'ffdnet_rgb.pth')
@@ -28,14 +28,7 @@ OURS = osp.join('mcnet_basicsr', 'weights', 'ffdnet_rgb.pth')
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('--data', default='datasets', help='folder with <--set>/HR')
-    p.add_argument('--set', default='Set5', help='the selection set (never CBSD68)')
-    p.add_argument('--images', type=int, default=0, help='the first N images of --set (0: all)')
-    p.add_argument('--crop', type=int, default=0, help='a centred S x S crop of each image (0: the whole image)')
-    p.add_argument('--weights', default='experiments/pretrained_models', help='folder with usrnet_tiny.pth and '
-                   'ffdnet_color.pth')
-    p.add_argument('--kernels', type=int, default=2, help='family kernels per family (seeded draws)')
-    p.add_argument('--families', nargs='+', default=['x2', 'x3_n7.65', 'x4'], choices=FAMILIES)
+    add_problem_args(p, 2, ['x2', 'x3_n7.65', 'x4'])
     p.add_argument('--priors', nargs='+', default=['ours', 'kair'], choices=('ours', 'kair'),
                    help=f'ours: {OURS}; kair: ffdnet_color.pth of --weights')
     p.add_argument('--lams', type=float, nargs='+', default=[0.23])

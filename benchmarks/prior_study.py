@@ -45,16 +45,22 @@ from timing import device_name, sync
 FAMILIES = {'x2': (2, 0.0), 'x3': (3, 0.0), 'x3_n2.55': (3, 2.55), 'x3_n7.65': (3, 7.65), 'x4': (4, 0.0)}
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def add_problem_args(p, kernels, families):
+    """The options of :func:`problems` (the selection set, its kernels and families) and of the weights' folder, on
+    the parser ``p``, with ``kernels`` family kernels and the ``families`` by default."""
     p.add_argument('--data', default='datasets', help='folder with <--set>/HR')
     p.add_argument('--set', default='Set5', help='the selection set (never CBSD68: Table K tests on it)')
     p.add_argument('--images', type=int, default=0, help='the first N images of --set (sorted; 0: all)')
     p.add_argument('--crop', type=int, default=0, help='a centred S x S crop of each image (0: the whole image)')
     p.add_argument('--weights', default='experiments/pretrained_models',
                    help='folder with usrnet_tiny.pth and ffdnet_color.pth')
-    p.add_argument('--kernels', type=int, default=4, help='family kernels per family (seeded draws)')
-    p.add_argument('--families', nargs='+', default=list(FAMILIES), choices=FAMILIES)
+    p.add_argument('--kernels', type=int, default=kernels, help='family kernels per family (seeded draws)')
+    p.add_argument('--families', nargs='+', default=families, choices=FAMILIES)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    add_problem_args(p, 4, list(FAMILIES))
     p.add_argument('--betas', type=float, nargs='+', default=[0.3, 1.0, 3.0])
     p.add_argument('--bicubic-betas', type=float, nargs='*', default=[],
                    help='also layers anchored at bicubic upsampling, with these betas')
