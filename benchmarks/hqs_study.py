@@ -9,7 +9,7 @@ the scale and the noise, on :mod:`prior_study`'s problems: Set5 (or ``--set``) u
 family, never CBSD68 or the 12 kernels of Table K. PSNR on RGB uint8 with a border of s^2.
 
     python benchmarks/hqs_study.py --data datasets --weights experiments/pretrained_models --families x3_n7.65 x4 \
-        --lams 0.1 0.23 0.5 --out results/hqs_study.json
+        --kernels 2 --lams 0.1 0.23 --floor-gains 1 2 --out results/hqs_study.json
 """
 import argparse
 import itertools
@@ -17,7 +17,6 @@ import os.path as osp
 import sys
 import time
 
-import numpy as np
 import torch
 
 from prior_study import FAMILIES, add_problem_args, load_networks, print_family, problems, write_record
@@ -48,10 +47,9 @@ def build_hqs(state, lam, n_iter, floor_gain):
 
     class FlooredHQS(FFDNetHQS):
 
-        def levels(self, scale, sigma):
-            lo = floor_gain * torch.clamp(sigma, min=scale / 255.0)
+        def levels(self, scale, sigma):  # log-spaced to g times the last level: times g^(i / (n - 1))
             ratio = torch.linspace(0, 1, self.n_iter, dtype=sigma.dtype, device=sigma.device)
-            return torch.exp(np.log(self.level_hi) + (torch.log(lo)[:, None] - np.log(self.level_hi)) * ratio)
+            return super().levels(scale, sigma) * floor_gain**ratio
 
     net = (FFDNetHQS if floor_gain == 1.0 else FlooredHQS)(n_iter=n_iter, lam=lam)
     net.load_state_dict(state)
