@@ -40,6 +40,18 @@ def aliased_spectrum_bands(operator, n, c, dtype, device, grid=GRID):
     return torch.stack([power[:, band].mean(dim=1) for band in bands], dim=1).clamp_min(1e-6).log()
 
 
+def zero_start_mlp(features, hidden, outputs):
+    """An MLP of ``features`` inputs, two hidden layers of ``hidden`` units (SiLU) and ``outputs`` outputs, its output
+    layer zero at the start: the log-corrections of a hyper-network that begins as no correction."""
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+        raise ValueError(f'hyper hidden must be a positive integer, got {hidden!r}.')
+    net = nn.Sequential(nn.Linear(features, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
+                        nn.Linear(hidden, outputs))
+    nn.init.zeros_(net[-1].weight)
+    nn.init.zeros_(net[-1].bias)
+    return net
+
+
 class LayerHyper(nn.Module):
     """``(log beta, log level)`` corrections per sample from its measurement: an MLP of ``255 sigma / 10``,
     ``log scale`` and the operator's :func:`aliased_spectrum_bands` (divided by 4), ``hidden`` units in two layers,
@@ -51,13 +63,7 @@ class LayerHyper(nn.Module):
 
     def __init__(self, hidden=16):
         super().__init__()
-        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
-            raise ValueError(f'hyper hidden must be a positive integer, got {hidden!r}.')
-        features = 2 + len(BAND_EDGES) - 1
-        self.net = nn.Sequential(nn.Linear(features, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
-                                 nn.Linear(hidden, 2))
-        nn.init.zeros_(self.net[-1].weight)
-        nn.init.zeros_(self.net[-1].bias)
+        self.net = zero_start_mlp(2 + len(BAND_EDGES) - 1, hidden, 2)
 
     def features(self, operator, noise_sigma, n, c):
         """The (n, F) input of the network for ``n`` samples of ``c`` channels measured by ``operator`` with LR
