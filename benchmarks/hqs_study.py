@@ -4,9 +4,11 @@ FFDNetHQS (:class:`~mcnet_basicsr.archs.ffdnet_arch.FFDNetHQS`: half-quadratic s
 settings, untrained for the task) is run with each FFDNet of ``--priors`` (ours, shipped, and KAIR's colour FFDNet,
 which denoises 0.3-2.9 dB better at every level) and each setting of its scheme: the data step's weight ``--lams``,
 the number of iterations ``--n-iters`` and the last level times ``--floor-gains`` (the levels end at ``g max(s,
-noise) / 255``). USRNet-tiny (official weights), trained end to end, is beside them. Every method is told the kernel,
-the scale and the noise, on :mod:`prior_study`'s problems: Set5 (or ``--set``) under seeded kernels of the training
-family, never CBSD68 or the 12 kernels of Table K. PSNR on RGB uint8 with a border of s^2.
+noise) / 255``). USRNet-tiny (official weights), trained end to end, is beside them, and so is each FFDNetUnfolded
+checkpoint of ``--unfolded`` (FFDNetHQS trained end to end by ``options/train_ffdnet_unfolded_x*.yml``). Every
+method is told the kernel, the scale and the noise, on :mod:`prior_study`'s problems: Set5 (or ``--set``) under
+seeded kernels of the training family, never CBSD68 or the 12 kernels of Table K. PSNR on RGB uint8 with a border of
+s^2.
 
     python benchmarks/hqs_study.py --data datasets --weights experiments/pretrained_models --families x3_n7.65 x4 \
         --kernels 2 --lams 0.1 0.23 --floor-gains 1 2 --out results/hqs_study.json
@@ -33,6 +35,8 @@ def parse_args(argv):
     p.add_argument('--lams', type=float, nargs='+', default=[0.23])
     p.add_argument('--n-iters', type=int, nargs='+', default=[24])
     p.add_argument('--floor-gains', type=float, nargs='+', default=[1.0])
+    p.add_argument('--unfolded', nargs='+', default=[], metavar='PATH',
+                   help='FFDNetUnfolded checkpoints (BasicSR net_g files: their EMA weights where they have them)')
     p.add_argument('--device', default='cpu')
     p.add_argument('--out', required=True)
     args = p.parse_args(argv)
@@ -56,6 +60,17 @@ def build_hqs(state, lam, n_iter, floor_gain):
     return net.eval()
 
 
+def load_unfolded(path):
+    """The FFDNetUnfolded of a BasicSR checkpoint (``params_ema`` where it has them), its iterations read from its
+    hyper-network's output layer."""
+    from mcnet_basicsr.archs.ffdnet_arch import FFDNetUnfolded
+    ckpt = torch.load(path, map_location='cpu', weights_only=True)
+    state = ckpt.get('params_ema', ckpt.get('params', ckpt))
+    net = FFDNetUnfolded(n_iter=state['hyper.4.bias'].numel() // 2, hidden=state['hyper.0.bias'].numel())
+    net.load_state_dict(state)
+    return net.eval()
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from mcnet_basicsr.archs.frozen_backbone import non_blind_forward
@@ -68,6 +83,8 @@ def main(argv=None):
     for prior, lam, n_iter, gain in itertools.product(args.priors, args.lams, args.n_iters, args.floor_gains):
         name = f'ffdnet_hqs {prior} lam={lam:g} n={n_iter}' + (f' floor={gain:g}' if gain != 1.0 else '')
         nets[name] = build_hqs(priors[prior].state_dict(), lam, n_iter, gain).to(dev)
+    for path in args.unfolded:
+        nets[f'ffdnet_unfolded {osp.basename(path)}'] = load_unfolded(path).to(dev)
     results = {}
     for fam in args.families:
         scale, noise255 = FAMILIES[fam]

@@ -7,7 +7,7 @@ clean sub-images, and pixel shuffle puts them back. The default arguments build 
 (852,108 parameters), whose weights (keys ``model.<i>``) load with ``strict=True``.
 
 :class:`FFDNetHQS` (blur kernels) and :class:`FFDNetPnP` (any operator) run the same network as the prior of non-blind
-super-resolution solvers.
+super-resolution solvers; :class:`FFDNetUnfolded` is FFDNetHQS trained end to end.
 """
 import math
 
@@ -18,6 +18,7 @@ from torch import nn
 from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, imresize, noisy_radius
 from mcnet_basicsr.utils.registration import ARCH_REGISTRY
 from .layer_core import ChannelBalls
+from .layer_hyper import zero_start_mlp
 from .usrnet_arch import DataStep, data_terms
 
 
@@ -117,16 +118,52 @@ class FFDNetHQS(AnnealedFFDNet):
         n, scale = lr.shape[0], int(scale)
         sigma = torch.as_tensor(sigma, dtype=lr.dtype, device=lr.device).reshape(-1).expand(n)
         spectrum, aliased_power, kty = data_terms(lr, kernel, scale)
-        levels = self.levels(scale, sigma)
-        alphas = self.lam * torch.clamp(sigma, min=QUANTIZATION_EPS_RMS)[:, None]**2 / levels**2
+        alphas, levels = self.schedule(scale, sigma)
         x = imresize(lr, scale)
         for i in range(self.n_iter):
             x = self.data_step(x, spectrum, aliased_power, kty, alphas[:, i].view(-1, 1, 1, 1), scale)
             x = self.denoise(x, levels[:, i])
         return x
 
+    def schedule(self, scale, sigma):
+        """``(alphas, levels)``, each (N, n_iter): the data step's weights and the prior's levels for noise ``sigma``
+        (N,)."""
+        levels = self.levels(scale, sigma)
+        return self.lam * torch.clamp(sigma, min=QUANTIZATION_EPS_RMS)[:, None]**2 / levels**2, levels
+
     def extra_repr(self):
         return f'{super().extra_repr()}, lam={self.lam:g}'
+
+
+@ARCH_REGISTRY.register()
+class FFDNetUnfolded(FFDNetHQS):
+    """:class:`FFDNetHQS` unfolded and trained end to end, as USRNet is (Zhang, Van Gool, Timofte, CVPR 2020):
+    ``forward(lr, kernel, scale, sigma)``, the same iterations, with each iteration's data weight ``alpha_i`` and
+    prior level ``s_i`` learned as functions of the noise level and the scale.
+
+    The schedule is FFDNetHQS's times ``exp`` of a small hyper-network of ``255 sigma / 10`` and ``log scale``
+    (USRNet's hyper-network takes the same two), whose output layer starts at zero: untrained, it is FFDNetHQS with
+    the same ``n_iter``, ``level_hi`` and ``lam``, and its FFDNet's weights load from an FFDNet file
+    (``strict_load_g: false``; the hyper-network then starts at zero). Training (``ProtocolSRModel``, told each
+    batch's kernel and noise) fits the schedule and fine-tunes the FFDNet.
+
+    Args:
+        in_ch, num_feat, num_layer: FFDNet's.
+        n_iter (int): Unfolded iterations. Default: 8.
+        level_hi (float): The first prior level before the hyper-network's factor, [0, 1] units. Default: 49 / 255.
+        lam (float): The data weight's factor before the hyper-network's. Default: 0.23.
+        hidden (int): Units per hidden layer of the hyper-network. Default: 32.
+    """
+
+    def __init__(self, in_ch=3, num_feat=96, num_layer=12, n_iter=8, level_hi=49 / 255, lam=0.23, hidden=32):
+        super().__init__(in_ch, num_feat, num_layer, n_iter, level_hi, lam)
+        self.hyper = zero_start_mlp(2, hidden, 2 * self.n_iter)
+
+    def schedule(self, scale, sigma):
+        alphas, levels = super().schedule(scale, sigma)
+        features = torch.stack([25.5 * sigma, torch.full_like(sigma, math.log(scale))], dim=1)
+        factors = self.hyper(features.to(self.hyper[0].weight)).to(sigma).exp()
+        return alphas * factors[:, :self.n_iter], levels * factors[:, self.n_iter:]
 
 
 @ARCH_REGISTRY.register()

@@ -1,4 +1,5 @@
 import time
+from collections import OrderedDict
 
 import torch
 from basicsr.models.sr_model import SRModel
@@ -7,6 +8,7 @@ from basicsr.utils.registry import MODEL_REGISTRY
 from torch import nn
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
+from mcnet_basicsr.archs.frozen_backbone import is_non_blind, non_blind_forward
 from mcnet_basicsr.metrics import image_metrics
 from mcnet_basicsr.ops import StackedOperator, build_degradation, build_operator
 from mcnet_basicsr.utils.paths import resolve_path
@@ -46,7 +48,10 @@ class ProtocolSRModel(SRModel):
 
     Samples that say how their LR was made (:class:`~mcnet_basicsr.data.DegradedPairDataset`: ``kernel``,
     ``degradation``, ``noise_sigma``) have it passed to networks that take the measurement of a batch (MCNetArch and
-    the consistent baselines: ``net(lq, operator=..., noise_sigma=...)``), and ``A`` is then that batch's operator.
+    the consistent baselines: ``net(lq, operator=..., noise_sigma=...)``; non-blind networks such as USRNet and
+    FFDNetUnfolded: ``net(lq, kernel, scale, sigma)``), and ``A`` is then that batch's operator. Trained with this
+    model (``model_type: ProtocolSRModel``: SRModel's losses and options), a non-blind network learns from the kernels
+    and noise its batches were made with.
 
     The network runs in float32 on a GPU: TF32 off for cuDNN convolutions and CUDA matmuls (PyTorch's default turns
     it on for convolutions) unless the network's settings set ``allow_tf32``, so that a backbone's row of a table and
@@ -81,7 +86,9 @@ class ProtocolSRModel(SRModel):
         return net.layer if isinstance(net, ReportingRun) else net
 
     def network_output(self, net, lq):
-        """``(output, info)`` of ``net`` on ``lq``, told the batch's measurement where the network takes one;
+        """``(output, info)`` of ``net`` on ``lq``, told the batch's measurement where the network takes one (a
+        non-blind network, :func:`~mcnet_basicsr.archs.frozen_backbone.non_blind_forward`, is told its operator or
+        kernel, scale and noise: the batch's, else :meth:`measurement_operator`'s, noise-free);
         ``info`` is what the solve did for networks that report it (``run``: MCNetArch and the consistent baselines,
         also inside DDP through :class:`ReportingRun`), else {}."""
         kwargs = {}
@@ -89,11 +96,36 @@ class ProtocolSRModel(SRModel):
         if measurement and hasattr(net, 'measurement_operator'):
             kwargs.update(measurement)
         inner = net.module if isinstance(net, (DataParallel, DistributedDataParallel)) else net
+        if is_non_blind(inner):
+            operator = measurement.get('operator') or self.measurement_operator(inner)
+            return non_blind_forward(net, lq, operator, measurement.get('noise_sigma')), {}
         if isinstance(inner, ReportingRun):
             return net(lq, **kwargs)
         if inner is net and hasattr(net, 'run'):
             return net.run(lq, **kwargs)
         return net(lq, **kwargs), {}
+
+    def optimize_parameters(self, current_iter):
+        """SRModel's step (pixel and perceptual losses, EMA), the network told the batch's measurement
+        (:meth:`network_output`): a non-blind network trains on the kernels and noise its batches were made with."""
+        self.optimizer_g.zero_grad()
+        self.output, _ = self.network_output(self.net_g, self.lq)
+        loss_dict = OrderedDict()
+        losses = []
+        if self.cri_pix:
+            loss_dict['l_pix'] = self.cri_pix(self.output, self.gt)
+            losses.append(loss_dict['l_pix'])
+        if self.cri_perceptual:
+            l_percep, l_style = self.cri_perceptual(self.output, self.gt)
+            for name, value in (('l_percep', l_percep), ('l_style', l_style)):
+                if value is not None:
+                    loss_dict[name] = value
+                    losses.append(value)
+        sum(losses).backward()
+        self.optimizer_g.step()
+        self.log_dict = self.reduce_loss_dict(loss_dict)
+        if self.ema_decay > 0:
+            self.model_ema(decay=self.ema_decay)
 
     def model_ema(self, decay=0.999):
         super().model_ema(decay)

@@ -1,0 +1,178 @@
+"""FFDNetUnfolded (mcnet_basicsr/archs/ffdnet_arch.py), FFDNetHQS trained end to end with a learned schedule, and
+ProtocolSRModel training a non-blind network told each batch's kernels and noise (options/train_ffdnet_unfolded_x*.yml).
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from basicsr.models import build_model
+
+import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
+from conftest import REPO_ROOT, central_difference, sample_photo, train_through_pipeline
+from mcnet_basicsr.archs.ffdnet_arch import FFDNet, FFDNetHQS, FFDNetUnfolded
+from mcnet_basicsr.data.degraded_pair_dataset import DegradedPairDataset
+from mcnet_basicsr.data.kernel_family import gaussian_kernel
+
+SHIPPED = REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'ffdnet_rgb.pth'
+SMALL = dict(num_feat=8, num_layer=3, n_iter=4)
+
+
+def _problem(n=2, size=12, scale=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    kernels = torch.stack([torch.from_numpy(gaussian_kernel(7, 0.8 + 0.5 * i, 0.6 + 0.3 * i, theta=0.4 * i))
+                           for i in range(n)]).float()[:, None]
+    return torch.rand(n, 3, size, size, generator=g), kernels, scale, torch.linspace(0, 7.65 / 255, n)
+
+
+def test_untrained_unfolded_network_is_ffdnet_hqs_with_the_shipped_ffdnet():
+    """An FFDNet file loads into it (only the hyper-network's keys missing) and, untrained, it computes what FFDNetHQS
+    with the same iterations computes, to the last bit."""
+    state = torch.load(SHIPPED, map_location='cpu')['params']
+    unfolded, hqs = FFDNetUnfolded().eval(), FFDNetHQS(n_iter=8).eval()
+    missing, unexpected = unfolded.load_state_dict(state, strict=False)
+    assert not unexpected and missing and all(k.startswith('hyper.') for k in missing)
+    hqs.load_state_dict(state)
+    hr = torch.from_numpy(sample_photo('astronaut', 48)).permute(2, 0, 1)[None].float() / 255
+    lr, kernel = hr[..., ::2, ::2], torch.from_numpy(gaussian_kernel(9, 1.2)).float()[None, None]
+    with torch.no_grad():
+        for sigma in (0.0, 5 / 255):
+            assert torch.equal(unfolded(lr, kernel, 2, sigma), hqs(lr, kernel, 2, sigma))
+
+
+def test_the_schedule_is_ffdnet_hqs_times_the_hyper_networks_factors():
+    torch.manual_seed(0)
+    net, hqs = FFDNetUnfolded(**SMALL, hidden=4), FFDNetHQS(**SMALL)
+    bias = torch.linspace(-0.5, 0.5, 2 * net.n_iter)
+    with torch.no_grad():
+        net.hyper[-1].bias.copy_(bias)
+    sigma = torch.tensor([0.0, 2.55 / 255, 7.65 / 255])
+    alphas, levels = net.schedule(3, sigma)
+    base_alphas, base_levels = hqs.schedule(3, sigma)
+    torch.testing.assert_close(alphas, base_alphas * bias[:net.n_iter].exp())
+    torch.testing.assert_close(levels, base_levels * bias[net.n_iter:].exp())
+    with torch.no_grad():  # the factors depend on the noise level and the scale once the last weights move
+        net.hyper[-1].weight.normal_()
+    assert not torch.allclose(net.schedule(3, sigma)[0][0], net.schedule(3, sigma)[0][1] * base_alphas[0]
+                              / base_alphas[1])
+    assert not torch.allclose(net.schedule(3, sigma)[1], net.schedule(2, sigma)[1] * base_levels
+                              / hqs.schedule(2, sigma)[1])
+
+
+@pytest.mark.parametrize('name', ['hyper.4.bias', 'hyper.0.weight', 'model.2.weight'])
+def test_gradients_reach_the_schedule_and_the_prior(name):
+    """Autograd's gradient of a loss on the output against central differences (float64), for a weight of the
+    hyper-network's last and first layers and of the FFDNet."""
+    torch.manual_seed(0)
+    net = FFDNetUnfolded(**SMALL, hidden=4).double()
+    with torch.no_grad():
+        net.hyper[-1].weight.normal_(std=0.3)  # off zero: the first layer's gradient flows through the last
+    lr, kernels, scale, sigma = _problem()
+    lr, kernels, sigma = lr.double(), kernels.double(), sigma.double()
+    target = torch.rand(2, 3, 36, 36, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+
+    def loss():
+        return float((net(lr, kernels, scale, sigma) - target).square().sum())
+
+    param = dict(net.named_parameters())[name]
+    net.zero_grad()
+    (net(lr, kernels, scale, sigma) - target).square().sum().backward()
+    numeric = central_difference(loss, param, (0, ) * param.dim(), 1e-4)
+    grad = float(param.grad[(0, ) * param.dim()])
+    assert abs(grad) > 1e-6 and grad == pytest.approx(numeric, rel=1e-4)
+
+
+def _recipe_model(scale=3):
+    with open(REPO_ROOT / 'options' / f'train_ffdnet_unfolded_x{scale}.yml') as f:
+        opt = yaml.safe_load(f)
+    opt['network_g'].update(num_feat=8, num_layer=3, n_iter=3, hidden=4)
+    opt.update(num_gpu=0, is_train=True, dist=False, rank=0, world_size=1, root_path=str(REPO_ROOT))
+    opt['path'] = {'pretrain_network_g': None, 'experiments_root': '', 'models': '', 'training_states': '', 'log': ''}
+    return build_model(opt), opt
+
+
+def test_protocol_model_trains_a_non_blind_network_on_each_samples_kernel_and_noise(tmp_path):
+    """The recipe's model with its own dataset: every training and validation call gets the kernels and noise stds
+    the batch's samples were made with, and the output is the network's on exactly those."""
+    import cv2
+    model, opt = _recipe_model()
+    for name in ('astronaut', 'coffee'):
+        cv2.imwrite(str(tmp_path / f'{name}.png'), sample_photo(name, 60)[:, :, ::-1])
+    data_opt = dict(opt['datasets']['train'], dataroot_gt=str(tmp_path), io_backend={'type': 'disk'}, gt_size=48,
+                    phase='train', scale=3)
+    dataset = DegradedPairDataset(data_opt)
+    batch = torch.utils.data.default_collate([dataset[0], dataset[1]])
+    assert not torch.equal(batch['kernel'][0], batch['kernel'][1])
+    calls = []
+    model.net_g.register_forward_hook(lambda module, args, out: calls.append(args))
+    model.feed_data(batch)
+    before = {k: v.clone() for k, v in model.net_g.state_dict().items()}
+    model.optimize_parameters(1)
+    lr, kernel, scale, sigma = calls[-1]
+    assert torch.equal(lr, batch['lq']) and scale == 3
+    torch.testing.assert_close(kernel[:, 0], batch['kernel'])
+    torch.testing.assert_close(torch.as_tensor(sigma).float(), batch['noise_sigma'])
+    assert set(model.log_dict) == {'l_pix'}
+    moved = {k for k, v in model.net_g.state_dict().items() if not torch.equal(v, before[k])}
+    assert 'hyper.4.bias' in moved and 'model.0.weight' in moved  # the schedule and the FFDNet both learn
+    with torch.no_grad():
+        expected = model.net_g_ema(batch['lq'][:1], batch['kernel'][:1, None], 3, batch['noise_sigma'][:1])
+    model.feed_data({k: v[:1] if torch.is_tensor(v) else v[:1] for k, v in batch.items()})
+    model.test()  # validation: the EMA copy, told the sample's measurement; its fidelity under that operator
+    torch.testing.assert_close(model.output, expected)
+    assert model.measurement_operator(model.net_g_ema) is model.measurement['operator']
+    assert math.isfinite(model.last_measurement['fidelity'])
+
+
+def test_a_non_blind_network_without_a_told_kernel_gets_one_clear_error():
+    """A batch that does not say how its LR was made: the model's fallback is MATLAB bicubic, which has no kernel of
+    upper-left decimation, so the network cannot be told one."""
+    model, _ = _recipe_model()
+    model.feed_data({'lq': torch.rand(1, 3, 8, 8), 'gt': torch.rand(1, 3, 24, 24)})
+    with pytest.raises(ValueError, match='FFDNetUnfolded is non-blind'):
+        model.optimize_parameters(1)
+
+
+@pytest.mark.slow
+def test_the_unfolded_recipe_trains_through_the_pipeline(tmp_path):
+    """options/train_ffdnet_unfolded_x2.yml through train_pipeline on tiny photos (disk, not its LMDB): it starts from
+    the shipped FFDNet (strict_load_g false: the hyper-network starts at zero), validates under the protocol and
+    saves a checkpoint in which the schedule and the FFDNet have both moved."""
+    import cv2
+    for folder, names, size in (('train', ('astronaut', 'coffee'), 48), ('val', ('chelsea', ), 32)):
+        (tmp_path / folder).mkdir()
+        for name in names:
+            cv2.imwrite(str(tmp_path / folder / f'{name}.png'), sample_photo(name, size)[:, :, ::-1])
+    with open(REPO_ROOT / 'options' / 'train_ffdnet_unfolded_x2.yml') as f:
+        opt = yaml.safe_load(f)
+    opt.update(num_gpu=0)
+    opt['network_g']['n_iter'] = 2
+    opt['datasets']['train'].update(dataroot_gt=str(tmp_path / 'train'), io_backend={'type': 'disk'}, gt_size=32,
+                                    batch_size_per_gpu=2, num_worker_per_gpu=0, dataset_enlarge_ratio=1)
+    opt['datasets']['val']['dataroot_gt'] = str(tmp_path / 'val')
+    opt['path']['pretrain_network_g'] = str(SHIPPED)
+    opt['train'].update(total_iter=2)
+    opt['val']['val_freq'] = 2
+    opt['logger'].update(print_freq=1, save_checkpoint_freq=2)
+    exp, log = train_through_pipeline(opt, tmp_path)
+    assert 'psnr_y_uint8' in log and 'fidelity_float' in log
+    state = torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
+    assert float(state['hyper.4.bias'].abs().max()) > 1e-5
+    prior = FFDNet()
+    prior.load_state_dict(torch.load(SHIPPED, map_location='cpu')['params'])
+    moved = [float((state[k] - v).abs().max()) for k, v in prior.state_dict().items()]
+    assert 0 < max(moved) < 1e-2  # fine-tuned from the shipped FFDNet
+    assert np.isfinite([float(v.abs().max()) for v in state.values()]).all()
+
+
+def test_hqs_study_loads_an_unfolded_checkpoint_with_its_ema_weights_and_iterations(tmp_path):
+    import hqs_study  # the lab's (benchmarks/ is on the tests' sys.path)
+    torch.manual_seed(0)
+    trained, ema = FFDNetUnfolded(n_iter=3, hidden=4), FFDNetUnfolded(n_iter=3, hidden=4)
+    with torch.no_grad():
+        ema.hyper[-1].bias.fill_(0.25)
+    torch.save({'params': trained.state_dict(), 'params_ema': ema.state_dict()}, tmp_path / 'net_g_9.pth')
+    net = hqs_study.load_unfolded(tmp_path / 'net_g_9.pth')
+    assert net.n_iter == 3 and not net.training
+    assert all(torch.equal(net.state_dict()[k], v) for k, v in ema.state_dict().items())
