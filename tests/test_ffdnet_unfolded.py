@@ -176,3 +176,25 @@ def test_hqs_study_loads_an_unfolded_checkpoint_with_its_ema_weights_and_iterati
     net = hqs_study.load_unfolded(tmp_path / 'net_g_9.pth')
     assert net.n_iter == 3 and not net.training
     assert all(torch.equal(net.state_dict()[k], v) for k, v in ema.state_dict().items())
+
+
+def test_the_unfolded_rows_load_the_recipes_ema_weights(tmp_path, monkeypatch):
+    """options/test_ffdnet_unfolded_x3.yml and test_mcnet_ffdnet_unfolded_x3.yml (Table K's rows ffdnet_unfolded
+    and mcnet_ffdnet_unfolded) read the recipe's last checkpoint, its EMA weights, as the network and as the
+    layer's frozen anchor."""
+    from mcnet_basicsr.evaluation.kernel_table import build_row
+    torch.manual_seed(0)
+    trained, ema = FFDNetUnfolded(), FFDNetUnfolded()
+    with torch.no_grad():
+        ema.hyper[-1].bias.fill_(0.25)
+    models = tmp_path / 'experiments' / 'train_FFDNet_unfolded_x3' / 'models'
+    models.mkdir(parents=True)
+    torch.save({'params': trained.state_dict(), 'params_ema': ema.state_dict()}, models / 'net_g_latest.pth')
+    (tmp_path / 'options').symlink_to(REPO_ROOT / 'options')
+    monkeypatch.chdir(tmp_path)
+    net, consistent = build_row('ffdnet_unfolded', 3, torch.device('cpu'), 1e-4, 60)
+    assert isinstance(net, FFDNetUnfolded) and not consistent
+    layer, consistent = build_row('mcnet_ffdnet_unfolded', 3, torch.device('cpu'), 1e-4, 60)
+    assert consistent and isinstance(layer.frozen.net, FFDNetUnfolded)
+    for anchor in (net, layer.frozen.net):
+        assert all(torch.equal(anchor.state_dict()[k], v) for k, v in ema.state_dict().items())
