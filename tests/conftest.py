@@ -72,6 +72,28 @@ def train_through_pipeline(opt, root, timeout=900):
     return exp, sorted(exp.glob('train_*.log'))[-1].read_text()
 
 
+def tiny_recipe(name, root):
+    """``options/<name>.yml`` cut down to two train_pipeline iterations on the CPU, on tiny photos written under
+    ``root`` (train: two 48-pixel crops, 32-pixel patches, batch 2; val: one 32-pixel crop), validating and saving a
+    checkpoint at iteration 2: the option dict, for :func:`train_through_pipeline`."""
+    import cv2
+    import yaml
+    for folder, names, size in (('train', ('astronaut', 'coffee'), 48), ('val', ('chelsea', ), 32)):
+        (Path(root) / folder).mkdir()
+        for photo in names:
+            cv2.imwrite(str(Path(root) / folder / f'{photo}.png'), sample_photo(photo, size)[:, :, ::-1])
+    with open(REPO_ROOT / 'options' / f'{name}.yml') as f:
+        opt = yaml.safe_load(f)
+    opt.update(num_gpu=0)
+    opt['datasets']['train'].update(dataroot_gt=str(Path(root) / 'train'), gt_size=32, batch_size_per_gpu=2,
+                                    num_worker_per_gpu=0, dataset_enlarge_ratio=1)
+    opt['datasets']['val']['dataroot_gt'] = str(Path(root) / 'val')
+    opt['train'].update(total_iter=2)
+    opt['val']['val_freq'] = 2
+    opt['logger'].update(print_freq=1, save_checkpoint_freq=2)
+    return opt
+
+
 def load_script(name):
     """``scripts/<name>.py`` as a module, loaded from its file: scripts are command lines, not an importable
     package, and nothing but tests loads them this way (to call ``main(argv)`` without a subprocess)."""

@@ -11,7 +11,7 @@ import yaml
 from basicsr.models import build_model
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-from conftest import REPO_ROOT, sample_photo, train_through_pipeline
+from conftest import REPO_ROOT, sample_photo, tiny_recipe, train_through_pipeline
 from mcnet_basicsr.archs.ffdnet_arch import FFDNet, FFDNetHQS, FFDNetPnP
 from mcnet_basicsr.archs.frozen_backbone import non_blind_forward
 from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_lr
@@ -174,21 +174,7 @@ def test_the_kernel_layer_recipe_trains_the_prior_beta_and_level(tmp_path):
     """options/train_mcnet_ffdnet_hqs_x2.yml through train_pipeline on two tiny photos: the prior learns at its rate,
     beta, the level and the hyper-network at lr_beta, the contraction penalty is in the loss and the log, and the
     checkpoint holds them (the backbone, frozen, is not in it)."""
-    import cv2
-    for folder, names, size in (('train', ('astronaut', 'coffee'), 48), ('val', ('chelsea', ), 32)):
-        (tmp_path / folder).mkdir()
-        for name in names:
-            cv2.imwrite(str(tmp_path / folder / f'{name}.png'), sample_photo(name, size)[:, :, ::-1])
-    with open(REPO_ROOT / 'options' / 'train_mcnet_ffdnet_hqs_x2.yml') as f:
-        opt = yaml.safe_load(f)
-    opt.update(num_gpu=0)
-    opt['datasets']['train'].update(dataroot_gt=str(tmp_path / 'train'), gt_size=32, batch_size_per_gpu=2,
-                                    num_worker_per_gpu=0, dataset_enlarge_ratio=1)
-    opt['datasets']['val']['dataroot_gt'] = str(tmp_path / 'val')
-    opt['train'].update(total_iter=2)
-    opt['val']['val_freq'] = 2
-    opt['logger'].update(print_freq=1, save_checkpoint_freq=2)
-    exp, log = train_through_pipeline(opt, tmp_path)
+    exp, log = train_through_pipeline(tiny_recipe('train_mcnet_ffdnet_hqs_x2', tmp_path), tmp_path)
     assert 'lr:(1.000e-05,1.000e-02,)' in log  # the prior, then the layer's scalars
     assert 'l_jac: ' in log and 'rate: ' in log  # the contraction penalty, and the rate it measured
     state = torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']

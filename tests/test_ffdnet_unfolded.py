@@ -10,7 +10,7 @@ import yaml
 from basicsr.models import build_model
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-from conftest import REPO_ROOT, central_difference, sample_photo, train_through_pipeline
+from conftest import REPO_ROOT, central_difference, sample_photo, tiny_recipe, train_through_pipeline
 from mcnet_basicsr.archs.ffdnet_arch import FFDNet, FFDNetHQS, FFDNetUnfolded
 from mcnet_basicsr.data.degraded_pair_dataset import DegradedPairDataset
 from mcnet_basicsr.data.kernel_family import gaussian_kernel
@@ -139,22 +139,10 @@ def test_the_unfolded_recipe_trains_through_the_pipeline(tmp_path):
     """options/train_ffdnet_unfolded_x2.yml through train_pipeline on tiny photos (disk, not its LMDB): it starts from
     the shipped FFDNet (strict_load_g false: the hyper-network starts at zero), validates under the protocol and
     saves a checkpoint in which the schedule and the FFDNet have both moved."""
-    import cv2
-    for folder, names, size in (('train', ('astronaut', 'coffee'), 48), ('val', ('chelsea', ), 32)):
-        (tmp_path / folder).mkdir()
-        for name in names:
-            cv2.imwrite(str(tmp_path / folder / f'{name}.png'), sample_photo(name, size)[:, :, ::-1])
-    with open(REPO_ROOT / 'options' / 'train_ffdnet_unfolded_x2.yml') as f:
-        opt = yaml.safe_load(f)
-    opt.update(num_gpu=0)
+    opt = tiny_recipe('train_ffdnet_unfolded_x2', tmp_path)
     opt['network_g']['n_iter'] = 2
-    opt['datasets']['train'].update(dataroot_gt=str(tmp_path / 'train'), io_backend={'type': 'disk'}, gt_size=32,
-                                    batch_size_per_gpu=2, num_worker_per_gpu=0, dataset_enlarge_ratio=1)
-    opt['datasets']['val']['dataroot_gt'] = str(tmp_path / 'val')
+    opt['datasets']['train']['io_backend'] = {'type': 'disk'}
     opt['path']['pretrain_network_g'] = str(SHIPPED)
-    opt['train'].update(total_iter=2)
-    opt['val']['val_freq'] = 2
-    opt['logger'].update(print_freq=1, save_checkpoint_freq=2)
     exp, log = train_through_pipeline(opt, tmp_path)
     assert 'psnr_y_uint8' in log and 'fidelity_float' in log
     state = torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
