@@ -97,8 +97,7 @@ class ProtocolSRModel(SRModel):
             kwargs.update(measurement)
         inner = net.module if isinstance(net, (DataParallel, DistributedDataParallel)) else net
         if is_non_blind(inner):
-            operator = measurement.get('operator') or self.measurement_operator(inner)
-            return non_blind_forward(net, lq, operator, measurement.get('noise_sigma')), {}
+            return non_blind_forward(net, lq, self.measurement_operator(inner), measurement.get('noise_sigma')), {}
         if isinstance(inner, ReportingRun):
             return net(lq, **kwargs)
         if inner is net and hasattr(net, 'run'):
