@@ -166,23 +166,52 @@ def test_hqs_study_loads_an_unfolded_checkpoint_with_its_ema_weights_and_iterati
     assert all(torch.equal(net.state_dict()[k], v) for k, v in ema.state_dict().items())
 
 
-def test_the_unfolded_rows_load_the_recipes_ema_weights(tmp_path, monkeypatch):
-    """options/test_ffdnet_unfolded_x3.yml and test_mcnet_ffdnet_unfolded_x3.yml (Table K's rows ffdnet_unfolded
-    and mcnet_ffdnet_unfolded) read the recipe's last checkpoint, its EMA weights, as the network and as the
-    layer's frozen anchor."""
+@pytest.mark.parametrize('stage, n_iter', [('', 8), ('16', 16)])
+def test_the_unfolded_rows_load_the_recipes_ema_weights(tmp_path, monkeypatch, stage, n_iter):
+    """options/test_ffdnet_unfolded{,16}_x3.yml and test_mcnet_ffdnet_unfolded{,16}_x3.yml (Table K's rows of
+    stage 1 and stage 2) read their recipe's last checkpoint, its EMA weights, as the network and as the layer's
+    frozen anchor, at the recipe's iterations."""
     from mcnet_basicsr.evaluation.kernel_table import build_row
     torch.manual_seed(0)
-    trained, ema = FFDNetUnfolded(), FFDNetUnfolded()
+    trained, ema = FFDNetUnfolded(n_iter=n_iter), FFDNetUnfolded(n_iter=n_iter)
     with torch.no_grad():
         ema.hyper[-1].bias.fill_(0.25)
-    models = tmp_path / 'experiments' / 'train_FFDNet_unfolded_x3' / 'models'
+    models = tmp_path / 'experiments' / f'train_FFDNet_unfolded{stage}_x3' / 'models'
     models.mkdir(parents=True)
     torch.save({'params': trained.state_dict(), 'params_ema': ema.state_dict()}, models / 'net_g_latest.pth')
     (tmp_path / 'options').symlink_to(REPO_ROOT / 'options')
     monkeypatch.chdir(tmp_path)
-    net, consistent = build_row('ffdnet_unfolded', 3, torch.device('cpu'), 1e-4, 60)
-    assert isinstance(net, FFDNetUnfolded) and not consistent
-    layer, consistent = build_row('mcnet_ffdnet_unfolded', 3, torch.device('cpu'), 1e-4, 60)
+    net, consistent = build_row(f'ffdnet_unfolded{stage}', 3, torch.device('cpu'), 1e-4, 60)
+    assert isinstance(net, FFDNetUnfolded) and net.n_iter == n_iter and not consistent
+    layer, consistent = build_row(f'mcnet_ffdnet_unfolded{stage}', 3, torch.device('cpu'), 1e-4, 60)
     assert consistent and isinstance(layer.frozen.net, FFDNetUnfolded)
     for anchor in (net, layer.frozen.net):
         assert all(torch.equal(anchor.state_dict()[k], v) for k, v in ema.state_dict().items())
+
+
+@pytest.mark.parametrize('scale, start', [(2, 3), (3, 3), (4, 4)])
+def test_stage_two_starts_from_stage_one_at_dpirs_schedule(tmp_path, scale, start):
+    """options/train_ffdnet_unfolded16_x{2,3,4}.yml load stage 1's EMA weights (x2: x3's): the FFDNet and the
+    hyper-network's hidden layers carry over, its wider output layer starts at zero, so the schedule is FFDNetHQS's
+    (DPIR's) at the new number of iterations."""
+    stage1 = FFDNetUnfolded(num_feat=8, num_layer=3, n_iter=3, hidden=4)
+    with torch.no_grad():
+        for param in stage1.parameters():
+            param.normal_(0, 0.1)
+    path = tmp_path / 'net_g_latest.pth'
+    torch.save({'params': FFDNetUnfolded(num_feat=8, num_layer=3, n_iter=3, hidden=4).state_dict(),
+                'params_ema': stage1.state_dict()}, path)
+    with open(REPO_ROOT / 'options' / f'train_ffdnet_unfolded16_x{scale}.yml') as f:
+        opt = yaml.safe_load(f)
+    assert opt['path']['pretrain_network_g'] == f'experiments/train_FFDNet_unfolded_x{start}/models/net_g_latest.pth'
+    assert opt['network_g']['n_iter'] == 16 and opt['scale'] == scale
+    opt['network_g'].update(num_feat=8, num_layer=3, n_iter=6, hidden=4)
+    opt.update(num_gpu=0, is_train=True, dist=False, rank=0, world_size=1, root_path=str(REPO_ROOT))
+    opt['path'].update(pretrain_network_g=str(path), experiments_root='', models='', training_states='', log='')
+    net = build_model(opt).net_g
+    state, loaded = stage1.state_dict(), net.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in state.items() if not k.startswith('hyper.4.'))
+    assert not loaded['hyper.4.weight'].any() and not loaded['hyper.4.bias'].any()
+    sigma = torch.tensor([0.0, 0.03])
+    for learned, dpir in zip(net.schedule(scale, sigma), FFDNetHQS.schedule(net, scale, sigma)):
+        assert learned.shape == (2, 6) and torch.equal(learned, dpir)
