@@ -1,10 +1,9 @@
 """docs/kernel_layers.md's tables of what ``mcnet-sr --kernel`` gives beside USRNet-tiny
 (benchmarks/cli_defaults.py ``--rows``, smooth regions) and of why its anchor trails USRNet-tiny
-(benchmarks/hqs_study.py), and of that anchor trained end to end (hqs_study.py --unfolded), against the records they
-come from."""
+(benchmarks/hqs_study.py), against the records they come from."""
 import json
 
-from test_docs_tables import RECORDS, _case_mean, _prior_pages_lines, _table_after, _validations
+from test_docs_tables import RECORDS, _case_mean, _prior_pages_lines, _table_after
 
 
 def test_kernel_layers_usrnet_and_smooth_tables_are_their_record():
@@ -45,28 +44,3 @@ def test_kernel_layers_anchor_table_is_its_record():
     for label, method in methods.items():
         entry = results[method if method == 'usrnet_tiny' else f'ffdnet_hqs {method}']
         assert rows[label] == [_case_mean(entry[f], 'psnr') for f in ('x3_n7.65', 'x4')], label
-
-
-def test_kernel_layers_unfolded_anchor_tables_are_their_records():
-    """docs/kernel_layers.md's tables of FFDNetUnfolded trained end to end: each validation is the one in its run's
-    log, and each PSNR beside FFDNetHQS and USRNet-tiny its method's Set5 mean in the hqs_study.py --unfolded record
-    of its scale, to two decimals."""
-    lines = _prior_pages_lines()
-    header = next(line for line in lines if line.startswith("| the recipe's Set5 validation, Y PSNR (dB) | 500 |"))
-    iterations = [int(v.replace(',', '')) for v in header.strip('|').split('|')[1:]]
-    curves = dict(_table_after(lines, header))
-    assert list(curves) == ['x3', 'x4']
-    for label, values in curves.items():
-        logged = _validations(f'train_ffdnet_unfolded_{label}_t91_h100.log')
-        assert values == [f'{logged[i]:.2f}' for i in iterations], label
-    rows = dict(_table_after(lines, '| Set5, 2 family kernels | x3 | x3, noise 7.65 | x4 |'))
-    methods = {'USRNet-tiny': 'usrnet_tiny',
-               "FFDNetHQS, 24 iterations (DPIR's settings)": 'ffdnet_hqs ours lam=0.23 n=24',
-               'FFDNetHQS, 8 iterations (FFDNetUnfolded untrained)': 'ffdnet_hqs ours lam=0.23 n=8',
-               'FFDNetUnfolded, trained': 'ffdnet_unfolded net_g_14000.pth'}
-    assert list(rows) == list(methods)
-    records = {s: json.loads((RECORDS / f'hqs_study_unfolded_x{s}_set5_cpu.json').read_text())['results']
-               for s in (3, 4)}
-    for label, method in methods.items():
-        expected = [_case_mean(records[int(f[1])][method][f], 'psnr') for f in ('x3', 'x3_n7.65', 'x4')]
-        assert rows[label] == expected, label

@@ -12,7 +12,8 @@ from conftest import REPO_ROOT, same_operator_resizers
 from mcnet_basicsr.evaluation.kernel_table import read_published, render
 
 # docs/degradations.md and the pages of its tables (Table K, Table R, the layers for resizers, the kernel priors)
-DOCS = [REPO_ROOT / 'docs' / f'degradations{page}.md' for page in ('', '_kernels', '_resizers', '_resizer_layers')]
+DOCS = [REPO_ROOT / 'docs' / f'degradations{page}.md'
+        for page in ('', '_kernels', '_kernels_findings', '_resizers', '_resizer_layers')]
 DOCS += [REPO_ROOT / 'docs' / 'kernel_priors.md', REPO_ROOT / 'docs' / 'shipped_prior.md']
 RECORDS = REPO_ROOT / 'benchmarks' / 'records'
 

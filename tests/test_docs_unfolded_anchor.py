@@ -1,0 +1,94 @@
+"""docs/unfolded_anchor.md's tables of FFDNetUnfolded trained end to end in two stages (the training logs, the
+hqs_study.py --unfolded records, the Table K records) against the records they come from."""
+import json
+
+from conftest import REPO_ROOT
+from test_docs_tables import RECORDS, _case_mean, _table_after, _validations
+
+
+def _lines():
+    return (REPO_ROOT / 'docs' / 'unfolded_anchor.md').read_text().splitlines()
+
+
+def _curves(lines, header_start, log):
+    """The validation table under the header line starting with ``header_start``: each value is its run's logged Set5
+    validation at the header's iteration, to two decimals."""
+    header = next(line for line in lines if line.startswith(header_start))
+    iterations = [int(v.replace(',', '')) for v in header.strip('|').split('|')[1:]]
+    curves = dict(_table_after(lines, header))
+    for label, values in curves.items():
+        logged = _validations(log.format(label))
+        assert values == [f'{logged[i]:.2f}' for i in iterations], label
+    return list(curves)
+
+
+def test_stage_validation_tables_are_their_logs():
+    lines = _lines()
+    stage1 = _curves(lines, "| the recipe's Set5 validation, Y PSNR (dB) | 500 |",
+                     'train_ffdnet_unfolded_{}_t91_h100.log')
+    assert stage1 == ['x3', 'x4']
+    stage2 = _curves(lines, "| stage 2's Set5 validation, Y PSNR (dB) | 500 |",
+                     'train_ffdnet_unfolded16_{}_t91_bsd200_h100.log')
+    assert stage2 == ['x2', 'x3', 'x4']
+
+
+def test_stage1_anchor_table_is_its_records():
+    """Each PSNR beside FFDNetHQS and USRNet-tiny is its method's Set5 mean in the hqs_study.py --unfolded record of its
+    scale, to two decimals; the stage 2 record holds the same stage 1 scores."""
+    rows = dict(_table_after(_lines(), '| Set5, 2 family kernels | x3 | x3, noise 7.65 | x4 |'))
+    methods = {'USRNet-tiny': 'usrnet_tiny',
+               "FFDNetHQS, 24 iterations (DPIR's settings)": 'ffdnet_hqs ours lam=0.23 n=24',
+               'FFDNetHQS, 8 iterations (FFDNetUnfolded untrained)': 'ffdnet_hqs ours lam=0.23 n=8',
+               'FFDNetUnfolded, trained': 'ffdnet_unfolded net_g_14000.pth'}
+    assert list(rows) == list(methods)
+    records = {s: json.loads((RECORDS / f'hqs_study_unfolded_x{s}_set5_cpu.json').read_text())['results']
+               for s in (3, 4)}
+    stage2 = {s: json.loads((RECORDS / f'hqs_study_unfolded16_x{s}_set5_cpu.json').read_text())['results']
+              for s in (3, 4)}
+    for label, method in methods.items():
+        expected = [_case_mean(records[int(f[1])][method][f], 'psnr') for f in ('x3', 'x3_n7.65', 'x4')]
+        assert rows[label] == expected, label
+        if method != 'ffdnet_hqs ours lam=0.23 n=24':
+            again = [_case_mean(stage2[int(f[1])][method][f], 'psnr') for f in ('x3', 'x3_n7.65', 'x4')]
+            assert again == expected, label
+    text = '\n'.join(_lines())
+    stage2_scores = ' / '.join(_case_mean(stage2[int(f[1])]['ffdnet_unfolded net_g_5500.pth'][f], 'psnr')
+                               for f in ('x3', 'x3_n7.65', 'x4'))
+    assert f'stage 2 gives {stage2_scores} at x3' in ' '.join(text.split())
+
+
+# docs/unfolded_anchor.md's Table K rows: label -> (row, its records)
+TABLE_K_ROWS = {
+    '`usrnet_tiny`': ('usrnet_tiny', ['kernel_table_usrnet_tiny_h100.json']),
+    "`ffdnet_hqs` (DPIR's 24 iterations, untrained)": ('ffdnet_hqs', ['kernel_table_ffdnet_hqs_h100.json']),
+    '`mcnet_ffdnet_hqs_kernels` (what `mcnet-sr --kernel` runs)':
+    ('mcnet_ffdnet_hqs_kernels', [f'kernel_table_mcnet_ffdnet_hqs_kernels_x{s}_h100.json' for s in (3, 4)]),
+    '`ffdnet_unfolded` (stage 1, iteration 14,000)': ('ffdnet_unfolded', ['kernel_table_ffdnet_unfolded_h100.json']),
+    '`ffdnet_unfolded16` (stage 2, iteration 5,500)':
+    ('ffdnet_unfolded16', ['kernel_table_ffdnet_unfolded16_h100.json']),
+}
+
+
+def test_table_k_rows_are_their_records():
+    """Each mean is the row's mean over the family's 12 cells in its records, to two decimals; the time per image the
+    smallest and largest over the four families of the cells' seconds per image, in ms ('-' where the card was
+    shared: the record's note says so)."""
+    lines = _lines()
+    header = '| row | x3 | x3, noise 2.55 | x3, noise 7.65 | x4 | ms per image | record |'
+    rows = dict(_table_after(lines, header))
+    assert list(rows) == list(TABLE_K_ROWS)
+    for label, (row, records) in TABLE_K_ROWS.items():
+        cells, shared = {}, False
+        for name in records:
+            record = json.loads((RECORDS / name).read_text())
+            shared |= 'shared the card' in record.get('note', '')
+            cells.update({k: v for k, v in record['cells'].items() if k.split('|')[0] == row})
+        means, times = [], []
+        for family in ('x3', 'x3_n2.55', 'x3_n7.65', 'x4'):
+            family_cells = [cells[f'{row}|{family}|k{k}'] for k in range(1, 13)]
+            means.append(f'{sum(c["psnr"] for c in family_cells) / 12:.2f}')
+            times.append(1000 * sum(c['seconds'] for c in family_cells) / sum(c['images'] for c in family_cells))
+        assert rows[label][:4] == means, label
+        assert rows[label][4] == ('-' if shared else f'{min(times):.0f}-{max(times):.0f}'), label
+        named = rows[label][5].strip('`')
+        assert ({named.replace('{3,4}', s) for s in '34'} if '{3,4}' in named else {named}) == set(records), label
