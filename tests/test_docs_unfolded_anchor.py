@@ -92,3 +92,24 @@ def test_table_k_rows_are_their_records():
         assert rows[label][4] == ('-' if shared else f'{min(times):.0f}-{max(times):.0f}'), label
         named = rows[label][5].strip('`')
         assert ({named.replace('{3,4}', s) for s in '34'} if '{3,4}' in named else {named}) == set(records), label
+
+
+def test_layer_around_stage_two_table_is_its_records():
+    """Each PSNR of the layer-around-stage-2 table is its row's Set5 mean in the prior_study.py --rows record of its
+    family, to two decimals, and each count of solves that reached the tolerance is the record's."""
+    results = {}
+    for name in ('prior_study_set5_rows_unfolded16_cpu.json', 'prior_study_set5_rows_unfolded16_x34_cpu.json'):
+        for row, families in json.loads((RECORDS / name).read_text())['results'].items():
+            for family, entry in families.items():
+                assert (row, family) not in results
+                results[row, family] = entry
+    families = ('x2', 'x3', 'x3_n2.55', 'x3_n7.65', 'x4')
+    rows = dict(_table_after(_lines(), '| Set5, 2 family kernels | x2 | x3 | x3, noise 2.55 | x3, noise 7.65 | x4 |'))
+    labels = {'USRNet-tiny': 'usrnet_tiny', '`ffdnet_unfolded16` (stage 2 alone)': 'ffdnet_unfolded16',
+              '`mcnet_ffdnet_unfolded16` (the layer around it)': 'mcnet_ffdnet_unfolded16'}
+    assert list(rows) == list(labels) + ['its solves that reached 1e-4, of 10']
+    for label, row in labels.items():
+        assert rows[label] == [_case_mean(results[row, f], 'psnr') for f in families], label
+    layer = [results['mcnet_ffdnet_unfolded16', f] for f in families]
+    assert all(len(entry['converged']) == 10 for entry in layer)
+    assert rows['its solves that reached 1e-4, of 10'] == [str(sum(entry['converged'])) for entry in layer]
