@@ -83,12 +83,14 @@ def test_gradients_reach_the_schedule_and_the_prior(name):
     assert abs(grad) > 1e-6 and grad == pytest.approx(numeric, rel=1e-4)
 
 
-def _recipe_model(scale=3):
-    with open(REPO_ROOT / 'options' / f'train_ffdnet_unfolded_x{scale}.yml') as f:
+def _recipe_model(scale=3, recipe='train_ffdnet_unfolded', pretrain=None, n_iter=3):
+    """``options/<recipe>_x<scale>.yml``'s model at a small size (``n_iter`` iterations) on the CPU, its network loaded
+    from ``pretrain`` as the recipe's path settings say (none: not loaded)."""
+    with open(REPO_ROOT / 'options' / f'{recipe}_x{scale}.yml') as f:
         opt = yaml.safe_load(f)
-    opt['network_g'].update(num_feat=8, num_layer=3, n_iter=3, hidden=4)
+    opt['network_g'].update(num_feat=8, num_layer=3, n_iter=n_iter, hidden=4)
     opt.update(num_gpu=0, is_train=True, dist=False, rank=0, world_size=1, root_path=str(REPO_ROOT))
-    opt['path'] = {'pretrain_network_g': None, 'experiments_root': '', 'models': '', 'training_states': '', 'log': ''}
+    opt['path'].update(pretrain_network_g=pretrain, experiments_root='', models='', training_states='', log='')
     return build_model(opt), opt
 
 
@@ -202,13 +204,10 @@ def test_stage_two_starts_from_stage_one_at_dpirs_schedule(tmp_path, scale, star
     torch.save({'params': FFDNetUnfolded(num_feat=8, num_layer=3, n_iter=3, hidden=4).state_dict(),
                 'params_ema': stage1.state_dict()}, path)
     with open(REPO_ROOT / 'options' / f'train_ffdnet_unfolded16_x{scale}.yml') as f:
-        opt = yaml.safe_load(f)
-    assert opt['path']['pretrain_network_g'] == f'experiments/train_FFDNet_unfolded_x{start}/models/net_g_latest.pth'
-    assert opt['network_g']['n_iter'] == 16 and opt['scale'] == scale
-    opt['network_g'].update(num_feat=8, num_layer=3, n_iter=6, hidden=4)
-    opt.update(num_gpu=0, is_train=True, dist=False, rank=0, world_size=1, root_path=str(REPO_ROOT))
-    opt['path'].update(pretrain_network_g=str(path), experiments_root='', models='', training_states='', log='')
-    net = build_model(opt).net_g
+        recipe = yaml.safe_load(f)
+    assert recipe['path']['pretrain_network_g'] == f'experiments/train_FFDNet_unfolded_x{start}/models/net_g_latest.pth'
+    assert recipe['network_g']['n_iter'] == 16 and recipe['scale'] == scale
+    net = _recipe_model(scale, 'train_ffdnet_unfolded16', str(path), n_iter=6)[0].net_g
     state, loaded = stage1.state_dict(), net.state_dict()
     assert all(torch.equal(loaded[k], v) for k, v in state.items() if not k.startswith('hyper.4.'))
     assert not loaded['hyper.4.weight'].any() and not loaded['hyper.4.bias'].any()
