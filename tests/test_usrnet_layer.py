@@ -1,18 +1,18 @@
 """MCNet + USRNet-tiny trained for LR made by blur kernels and noise: options/train_mcnet_usrnet_tiny_x{2,3,4}.yml
 start from the untrained row of Table K (options/test_mcnet_usrnet_tiny_x*.yml) with the shipped colour FFDNet as the
-prior, and the layer files they give (options/test_mcnet_usrnet_tiny_kernels_x*.yml) keep every output consistent and
-gain over USRNet-tiny on a photo."""
+prior, and the Table K row of what they train (options/test_mcnet_usrnet_tiny_kernels_x*.yml) runs it, each channel
+consistent with the measurement."""
 import math
 
 import pytest
 import torch
-import yaml
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import REPO_ROOT, SHARED, load_script, sample_photo, shared_path, tiny_recipe, train_through_pipeline
 from mcnet_basicsr.archs.ffdnet_arch import FFDNet
 from mcnet_basicsr.data.degradations import psnr_rgb_uint8
 from mcnet_basicsr.data.kernel_family import gaussian_kernel
+from mcnet_basicsr.evaluation.evaluate import read_option
 from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, build_operator, noisy_radius
 
 OPTIONS = REPO_ROOT / 'options'
@@ -20,8 +20,7 @@ SHIPPED_PRIOR = 'mcnet_basicsr/weights/ffdnet_rgb.pth'
 
 
 def _option(name):
-    with open(OPTIONS / f'{name}.yml') as f:
-        return yaml.safe_load(f)
+    return read_option(OPTIONS / f'{name}.yml')
 
 
 @pytest.mark.parametrize('scale', [2, 3, 4])
