@@ -75,6 +75,9 @@ def parse_args(argv):
                    help="Table K's protocol instead (CBSD68, the 12 kernels): USRNet-tiny and the layers only, never "
                    'to select or tune')
     p.add_argument('--layers-only', action='store_true', help='USRNet-tiny, its projection and the layers: no PnP rows')
+    p.add_argument('--self-ensemble', action='store_true',
+                   help='also each USRNet-anchored layer with its FFDNet averaged over the 8 flips and rotations of '
+                   'its input (a stronger denoiser at 8 times the cost)')
     p.add_argument('--rows', nargs='+', metavar='ROW', help='option-file rows instead of the study\'s methods')
     p.add_argument('--layer', help='also a layer trained by train_prior_probe.py (its state file)')
     p.add_argument('--device', default='cuda')
@@ -144,6 +147,23 @@ class FFDNetLayer(nn.Module):
         z, stats, _ = implicit_fixed_point(f, z0, fwd, bwd)
         return z[:, :3], {'iterations': int(stats.iterations.max()), 'converged': bool(stats.converged.all()),
                           'residual': float(stats.residual.max())}
+
+
+class SelfEnsemble(nn.Module):
+    """A denoiser told its level, averaged over the 8 flips and rotations of its input (each undone on its output)."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x, level):
+        outs = []
+        for turns in range(4):
+            for flip in (False, True):
+                y = torch.rot90(x, turns, (2, 3))
+                y = self.net(y.flip(3) if flip else y, level)
+                outs.append(torch.rot90(y.flip(3) if flip else y, -turns, (2, 3)))
+        return torch.stack(outs).mean(0)
 
 
 def load_networks(folder, prior=None):
@@ -333,13 +353,14 @@ def main(argv=None):
                     for steps, s0 in ((4, 5.0), (8, 10.0)):
                         timed(f'pnp_ffdnet_usrnet {steps} {s0:g}',
                               lambda: pnp(project(w), steps, max(s0 / 255, lo), lo))
-                for beta, sp, slope, gain in itertools.product(args.betas, args.prior_sigmas, args.beta_slopes,
-                                                               args.level_gains):
-                    layer = FFDNetLayer(ffdnet, beta, sp / 255.0, slope, gain).to(dev)
+                priors = [('', ffdnet)] + ([(' x8', SelfEnsemble(ffdnet))] if args.self_ensemble else [])
+                for (suffix, prior), beta, sp, slope, gain in itertools.product(
+                        priors, args.betas, args.prior_sigmas, args.beta_slopes, args.level_gains):
+                    layer = FFDNetLayer(prior, beta, sp / 255.0, slope, gain).to(dev)
                     name = f'layer_ffdnet_usrnet beta={beta:g} sp={sp:g}'
                     name += f' slope={slope:g}' if slope else ''
                     name += f' gain={gain:g}' if gain != 1 else ''
-                    timed(name, lambda: layer.solve(w, b, op, eps, sigma))
+                    timed(name + suffix, lambda: layer.solve(w, b, op, eps, sigma))
                 for beta in args.bicubic_betas:
                     for sp in args.prior_sigmas:
                         layer = FFDNetLayer(ffdnet, beta, sp / 255.0).to(dev)

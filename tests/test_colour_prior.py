@@ -373,3 +373,24 @@ def test_lab_layer_noise_functions():
     img = np.arange(5 * 7 * 3).reshape(5, 7, 3)
     np.testing.assert_array_equal(prior_study.centre_crop(img, 3), img[1:4, 2:5])
     assert prior_study.centre_crop(img, 0) is img and prior_study.centre_crop(img, 6) is img
+
+
+def test_lab_self_ensemble_is_equivariant_and_keeps_an_equivariant_prior():
+    """The prior study's self-ensemble (``--self-ensemble``) commutes with every flip and rotation of its input, and
+    leaves a prior that already does (a pointwise map) as it is."""
+    import prior_study
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(4, 3, 3, padding=1)  # not equivariant: a random kernel and the level as a channel
+
+    def prior(x, level):
+        return conv(torch.cat([x, level.view(-1, 1, 1, 1).expand(-1, 1, *x.shape[2:])], dim=1))
+
+    ens = prior_study.SelfEnsemble(prior)
+    x, level = torch.rand(2, 3, 6, 6), torch.tensor([0.02, 0.03])
+    with torch.no_grad():
+        out = ens(x, level)
+        assert not torch.allclose(prior(x, level), out, atol=1e-3)
+        torch.testing.assert_close(ens(torch.rot90(x, 1, (2, 3)), level), torch.rot90(out, 1, (2, 3)))
+        torch.testing.assert_close(ens(x.flip(3), level), out.flip(3))
+        pointwise = prior_study.SelfEnsemble(lambda y, s: y * 2 + s.view(-1, 1, 1, 1))
+        torch.testing.assert_close(pointwise(x, level), x * 2 + level.view(-1, 1, 1, 1))
