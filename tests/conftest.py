@@ -94,6 +94,22 @@ def tiny_recipe(name, root):
     return opt
 
 
+def assert_layer_fine_tunes_the_shipped_prior(state):
+    """A trained layer checkpoint's ``params`` (``state``) from a recipe of two iterations: its frozen backbone is not
+    in it, its hyper-network's output layer has left zero (lr_beta), and its FFDNet has moved from the shipped colour
+    FFDNet, but by less than 1e-3 (the prior's small rate)."""
+    import torch
+
+    from mcnet_basicsr.archs.ffdnet_arch import FFDNet
+    assert not any(key.startswith('backbone.') for key in state)
+    assert float(state['hyper.net.4.bias'].abs().max()) > 1e-3
+    prior = FFDNet()
+    shipped = REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'ffdnet_rgb.pth'
+    prior.load_state_dict(torch.load(shipped, map_location='cpu')['params'])
+    moved = [float((state[f'denoiser.{k}'] - v).abs().max()) for k, v in prior.state_dict().items()]
+    assert 0 < max(moved) < 1e-3, max(moved)
+
+
 def load_script(name):
     """``scripts/<name>.py`` as a module, loaded from its file: scripts are command lines, not an importable
     package, and nothing but tests loads them this way (to call ``main(argv)`` without a subprocess)."""

@@ -11,7 +11,8 @@ import yaml
 from basicsr.models import build_model
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-from conftest import REPO_ROOT, sample_photo, tiny_recipe, train_through_pipeline
+from conftest import (REPO_ROOT, assert_layer_fine_tunes_the_shipped_prior, sample_photo, tiny_recipe,
+                      train_through_pipeline)
 from mcnet_basicsr.archs.ffdnet_arch import FFDNet, FFDNetHQS, FFDNetPnP
 from mcnet_basicsr.archs.frozen_backbone import non_blind_forward
 from mcnet_basicsr.data.degradations import psnr_rgb_uint8, usrnet_lr
@@ -178,11 +179,6 @@ def test_the_kernel_layer_recipe_trains_the_prior_beta_and_level(tmp_path):
     assert 'lr:(1.000e-05,1.000e-02,)' in log  # the prior, then the layer's scalars
     assert 'l_jac: ' in log and 'rate: ' in log  # the contraction penalty, and the rate it measured
     state = torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
-    assert not any(key.startswith('backbone.') for key in state)
     assert {'log_beta', 'log_beta_slope', 'prior_level.log_base', 'prior_level.log_gain'} <= set(state)
     assert abs(float(state['prior_level.log_base']) - math.log(5 / 255)) > 1e-3  # learned at lr_beta
-    assert float(state['hyper.net.4.bias'].abs().max()) > 1e-3  # the hyper-network, from zero, at lr_beta
-    prior = FFDNet()
-    prior.load_state_dict(torch.load(SHIPPED, map_location='cpu')['params'])
-    moved = [float((state[f'denoiser.{k}'] - v).abs().max()) for k, v in prior.state_dict().items()]
-    assert 0 < max(moved) < 1e-3  # fine-tuned from the shipped prior at its small rate
+    assert_layer_fine_tunes_the_shipped_prior(state)  # no backbone; the hyper-network and the prior learned

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
-from conftest import REPO_ROOT, SHARED, load_script, sample_photo, shared_path, tiny_recipe, train_through_pipeline
-from mcnet_basicsr.archs.ffdnet_arch import FFDNet
+from conftest import (REPO_ROOT, SHARED, assert_layer_fine_tunes_the_shipped_prior, load_script, sample_photo,
+                      shared_path, tiny_recipe, train_through_pipeline)
 from mcnet_basicsr.data.degradations import psnr_rgb_uint8
 from mcnet_basicsr.data.kernel_family import gaussian_kernel
 from mcnet_basicsr.evaluation.evaluate import read_option
@@ -63,14 +63,9 @@ def test_the_recipe_trains_the_layer_its_table_k_row_runs(tmp_path, monkeypatch)
     exp, log = train_through_pipeline(opt, tmp_path)
     assert 'lr:(1.000e-05,1.000e-02,)' in log and 'l_jac: ' in log and 'beta_slope: ' in log
     state = torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
-    assert not any(key.startswith('backbone.') for key in state)
     assert 1e-4 < abs(float(state['log_beta_slope']) - 0.30099) < 0.05  # from the untrained row's slope
     assert 1e-4 < abs(float(state['log_beta']) - math.log(3.0)) < 0.05
-    assert float(state['hyper.net.4.bias'].abs().max()) > 1e-3  # the hyper-network, from zero, at lr_beta
-    prior = FFDNet()
-    prior.load_state_dict(torch.load(REPO_ROOT / SHIPPED_PRIOR, map_location='cpu')['params'])
-    moved = [float((state[f'denoiser.{k}'] - v).abs().max()) for k, v in prior.state_dict().items()]
-    assert 0 < max(moved) < 1e-3
+    assert_layer_fine_tunes_the_shipped_prior(state)  # no backbone; the hyper-network and the prior learned
 
     for folder in ('options', 'mcnet_basicsr'):
         (tmp_path / folder).symlink_to(REPO_ROOT / folder)
