@@ -103,3 +103,20 @@ def test_a_preset_told_the_operator_takes_no_scale(preset, arch):
     assert type(net) is getattr(ffdnet_arch, arch)
     net.load_state_dict(_params(WEIGHTS / 'ffdnet_rgb.pth'), strict=True)
     assert resolve_backbone(preset, 3) == ({'type': arch}, 'lr', 3)
+
+
+@pytest.mark.parametrize('scale', [2, 3, 4])
+def test_the_unfolded_anchor_preset_is_the_layout_of_its_shipped_file(scale):
+    """``ffdnet_unfolded16`` is FFDNetUnfolded at 16 iterations, told the kernel and scale (no scale option); its
+    file of each scale (half precision, to halve its size) loads strictly and runs in float32 with the file's values;
+    untrained it would be FFDNetHQS, so the file must have moved the hyper-network off its zero start."""
+    from mcnet_basicsr.archs.ffdnet_arch import FFDNetUnfolded
+    assert backbone_options('ffdnet_unfolded16', scale) == {'type': 'FFDNetUnfolded', 'n_iter': 16}
+    state = _params(WEIGHTS / f'ffdnet_unfolded16_x{scale}.pth')
+    assert {v.dtype for v in state.values() if v.is_floating_point()} == {torch.float16}
+    net = pretrained.build_pretrained_backbone('ffdnet_unfolded16', scale)
+    assert type(net) is FFDNetUnfolded and net.n_iter == 16
+    mine = net.state_dict()
+    assert set(mine) == set(state)
+    assert all(mine[k].dtype == torch.float32 and torch.equal(mine[k], state[k].float()) for k in state)
+    assert bool((net.hyper[-1].weight != 0).any())

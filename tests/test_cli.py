@@ -86,7 +86,7 @@ def test_help_readme_and_docs_name_the_layers_the_cards_list():
         sentence = text.split(f'For {cli_options.FAMILY_LR[family]}: ')[1].split('.')[0]
         listed = {}
         for group in sentence.split('; '):
-            names, scales = re.fullmatch(r'([a-z_, ]+?) (x\d(?:, x\d)*)', group).groups()
+            names, scales = re.fullmatch(r'([a-z0-9_, ]+?) (x\d(?:, x\d)*)', group).groups()
             for name in names.split(', '):
                 listed[name] = {int(s[1:]) for s in scales.split(', ')}
         assert listed == {b: set(c[section]) for b, c in cards['backbones'].items() if c.get(section)}, family
@@ -282,7 +282,8 @@ def test_measurement_options_and_their_defaults(tmp_path):
         (['--degradation', 'gimp'], "invalid choice: 'gimp' (choose from 'matlab-bicubic', "),
         (['--channels', 'ycbcr'], "invalid choice: 'ycbcr' (choose from 'y', 'rgb')"),
         (['--kernel-index', 'two', '--kernel', str(kernel)], "invalid int value: 'two'"),
-        (['--kernel', str(kernel), '--channels', 'y'], '--channels y: the ffdnet_hqs layer runs with --channels rgb'),
+        (['--kernel', str(kernel), '--channels', 'y'],
+         '--channels y: the ffdnet_unfolded16 layer runs with --channels rgb'),
         (['--backbone', 'ffdnet_pnp', '--channels', 'y'], 'runs with --channels rgb only'),
     ]
     for extra, what in cases:

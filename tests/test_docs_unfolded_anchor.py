@@ -1,6 +1,9 @@
 """docs/unfolded_anchor.md's tables of FFDNetUnfolded trained end to end in two stages (the training logs, the
 hqs_study.py --unfolded records, the Table K records) against the records they come from."""
 import json
+import re
+
+import pytest
 
 from conftest import REPO_ROOT
 from test_docs_tables import RECORDS, _case_mean, _table_after, _validations
@@ -30,6 +33,9 @@ def test_stage_validation_tables_are_their_logs():
     stage2 = _curves(lines, "| stage 2's Set5 validation, Y PSNR (dB) | 500 |",
                      'train_ffdnet_unfolded16_{}_t91_bsd200_h100.log')
     assert stage2 == ['x2', 'x3', 'x4']
+    shipped = _curves(lines, "| the shipped anchor's Set5 validation, Y PSNR (dB) | 500 |",
+                      'train_ffdnet_unfolded16_{}_shipped_h100.log')
+    assert shipped == ['x2', 'x3', 'x4']
 
 
 def test_stage1_anchor_table_is_its_records():
@@ -61,7 +67,7 @@ def test_stage1_anchor_table_is_its_records():
 TABLE_K_ROWS = {
     '`usrnet_tiny`': ('usrnet_tiny', ['kernel_table_usrnet_tiny_h100.json']),
     "`ffdnet_hqs` (DPIR's 24 iterations, untrained)": ('ffdnet_hqs', ['kernel_table_ffdnet_hqs_h100.json']),
-    '`mcnet_ffdnet_hqs_kernels` (what `mcnet-sr --kernel` runs)':
+    '`mcnet_ffdnet_hqs_kernels` (the trained HQS layers)':
     ('mcnet_ffdnet_hqs_kernels', [f'kernel_table_mcnet_ffdnet_hqs_kernels_x{s}_h100.json' for s in (3, 4)]),
     '`ffdnet_unfolded` (stage 1, iteration 14,000)': ('ffdnet_unfolded', ['kernel_table_ffdnet_unfolded_h100.json']),
     '`ffdnet_unfolded16` (stage 2, iteration 5,500)':
@@ -69,29 +75,44 @@ TABLE_K_ROWS = {
 }
 
 
-def test_table_k_rows_are_their_records():
+# its table of the shipped anchor, on every family
+SHIPPED_TABLE_K_ROWS = {
+    '`usrnet_tiny`': TABLE_K_ROWS['`usrnet_tiny`'],
+    '`mcnet_ffdnet_hqs_kernels` (the trained HQS layers)':
+    ('mcnet_ffdnet_hqs_kernels', [f'kernel_table_mcnet_ffdnet_hqs_kernels_x{s}_h100.json' for s in (2, 3, 4)]),
+    '`ffdnet_unfolded16` (the shipped anchor)':
+    ('ffdnet_unfolded16', ['kernel_table_ffdnet_unfolded16_shipped_h100.json']),
+}
+
+
+@pytest.mark.parametrize('families, table', [(('x3', 'x3_n2.55', 'x3_n7.65', 'x4'), TABLE_K_ROWS),
+                                             (('x2', 'x3', 'x3_n2.55', 'x3_n7.65', 'x4'), SHIPPED_TABLE_K_ROWS)])
+def test_table_k_rows_are_their_records(families, table):
     """Each mean is the row's mean over the family's 12 cells in its records, to two decimals; the time per image the
-    smallest and largest over the four families of the cells' seconds per image, in ms ('-' where the card was
-    shared: the record's note says so)."""
+    smallest and largest over the families of the cells' seconds per image, in ms ('-' where the card was shared: the
+    record's note says so)."""
     lines = _lines()
-    header = '| row | x3 | x3, noise 2.55 | x3, noise 7.65 | x4 | ms per image | record |'
+    names = {'x2': 'x2', 'x3': 'x3', 'x3_n2.55': 'x3, noise 2.55', 'x3_n7.65': 'x3, noise 7.65', 'x4': 'x4'}
+    header = f'| row | {" | ".join(names[f] for f in families)} | ms per image | record |'
     rows = dict(_table_after(lines, header))
-    assert list(rows) == list(TABLE_K_ROWS)
-    for label, (row, records) in TABLE_K_ROWS.items():
+    assert list(rows) == list(table)
+    n = len(families)
+    for label, (row, records) in table.items():
         cells, shared = {}, False
         for name in records:
             record = json.loads((RECORDS / name).read_text())
             shared |= 'shared the card' in record.get('note', '')
             cells.update({k: v for k, v in record['cells'].items() if k.split('|')[0] == row})
         means, times = [], []
-        for family in ('x3', 'x3_n2.55', 'x3_n7.65', 'x4'):
+        for family in families:
             family_cells = [cells[f'{row}|{family}|k{k}'] for k in range(1, 13)]
             means.append(f'{sum(c["psnr"] for c in family_cells) / 12:.2f}')
             times.append(1000 * sum(c['seconds'] for c in family_cells) / sum(c['images'] for c in family_cells))
-        assert rows[label][:4] == means, label
-        assert rows[label][4] == ('-' if shared else f'{min(times):.0f}-{max(times):.0f}'), label
-        named = rows[label][5].strip('`')
-        assert ({named.replace('{3,4}', s) for s in '34'} if '{3,4}' in named else {named}) == set(records), label
+        assert rows[label][:n] == means, label
+        assert rows[label][n] == ('-' if shared else f'{min(times):.0f}-{max(times):.0f}'), label
+        named, braces = rows[label][n + 1].strip('`'), re.search(r'\{([\d,]+)\}', rows[label][n + 1])
+        expanded = {named.replace(braces.group(0), s) for s in braces.group(1).split(',')} if braces else {named}
+        assert expanded == set(records), label
 
 
 def test_layer_around_stage_two_table_is_its_records():

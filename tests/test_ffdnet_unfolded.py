@@ -168,11 +168,26 @@ def test_hqs_study_loads_an_unfolded_checkpoint_with_its_ema_weights_and_iterati
     assert all(torch.equal(net.state_dict()[k], v) for k, v in ema.state_dict().items())
 
 
-@pytest.mark.parametrize('stage, n_iter', [('', 8), ('16', 16)])
+@pytest.mark.parametrize('scale', [2, 3, 4])
+def test_the_stage_two_rows_run_the_shipped_anchor(scale):
+    """options/test_ffdnet_unfolded16_x*.yml and test_mcnet_ffdnet_unfolded16_x*.yml (Table K's rows of stage 2)
+    read the shipped anchor of their scale, as the network and as the layer's frozen anchor, at 16 iterations."""
+    from mcnet_basicsr.evaluation.kernel_table import build_row
+    shipped = torch.load(REPO_ROOT / 'mcnet_basicsr' / 'weights' / f'ffdnet_unfolded16_x{scale}.pth',
+                         weights_only=True)['params']
+    net, consistent = build_row('ffdnet_unfolded16', scale, torch.device('cpu'), 1e-4, 60)
+    assert isinstance(net, FFDNetUnfolded) and net.n_iter == 16 and not consistent
+    layer, consistent = build_row('mcnet_ffdnet_unfolded16', scale, torch.device('cpu'), 1e-4, 60)
+    assert consistent and isinstance(layer.frozen.net, FFDNetUnfolded) and layer.frozen.net.n_iter == 16
+    for anchor in (net, layer.frozen.net):
+        assert all(torch.equal(anchor.state_dict()[k], v.float()) for k, v in shipped.items())
+
+
+@pytest.mark.parametrize('stage, n_iter', [('', 8)])
 def test_the_unfolded_rows_load_the_recipes_ema_weights(tmp_path, monkeypatch, stage, n_iter):
-    """options/test_ffdnet_unfolded{,16}_x3.yml and test_mcnet_ffdnet_unfolded{,16}_x3.yml (Table K's rows of
-    stage 1 and stage 2) read their recipe's last checkpoint, its EMA weights, as the network and as the layer's
-    frozen anchor, at the recipe's iterations."""
+    """options/test_ffdnet_unfolded_x3.yml and test_mcnet_ffdnet_unfolded_x3.yml (Table K's rows of stage 1) read
+    their recipe's last checkpoint, its EMA weights, as the network and as the layer's frozen anchor, at the recipe's
+    iterations."""
     from mcnet_basicsr.evaluation.kernel_table import build_row
     torch.manual_seed(0)
     trained, ema = FFDNetUnfolded(n_iter=n_iter), FFDNetUnfolded(n_iter=n_iter)
@@ -191,9 +206,9 @@ def test_the_unfolded_rows_load_the_recipes_ema_weights(tmp_path, monkeypatch, s
         assert all(torch.equal(anchor.state_dict()[k], v) for k, v in ema.state_dict().items())
 
 
-@pytest.mark.parametrize('scale, start', [(2, 3), (3, 3), (4, 4)])
+@pytest.mark.parametrize('scale, start', [(2, 3), (3, 3), (4, 3)])
 def test_stage_two_starts_from_stage_one_at_dpirs_schedule(tmp_path, scale, start):
-    """options/train_ffdnet_unfolded16_x{2,3,4}.yml load stage 1's EMA weights (x2: x3's): the FFDNet and the
+    """options/train_ffdnet_unfolded16_x{2,3,4}.yml load x3's stage 1 EMA weights: the FFDNet and the
     hyper-network's hidden layers carry over, its wider output layer starts at zero, so the schedule is FFDNetHQS's
     (DPIR's) at the new number of iterations."""
     stage1 = FFDNetUnfolded(num_feat=8, num_layer=3, n_iter=3, hidden=4)

@@ -352,8 +352,8 @@ def test_kernel_with_imdn_runs_its_layer_trained_on_blur_kernels(tmp_path, capsy
 # a smooth region of a real photo: the out-of-focus background of scikit-image's chelsea (48 x 48, top right)
 SMOOTH = ('chelsea', 48, (24, 384))
 UNTRAINED_LINE = 'MCNet + FFDNet {} x2: layer FFDNet prior ffdnet_rgb.pth, beta 3 (untrained), A = '
-TRAINED_LINE = ('MCNet + FFDNet HQS x2: layer mcnet_ffdnet_hqs_x2.pth (trained for LR made by blur kernels and noise), '
-                'A = ')
+DEFAULT_KERNEL_LINE = ('MCNet + FFDNet unfolded x2: layer FFDNet prior ffdnet_rgb.pth, beta 3 growing with the noise '
+                       '(untrained), A = ')
 
 
 def _psnr_rgb(img, hr, crop):
@@ -380,11 +380,12 @@ def _check_in_ball(residuals, m, row):
     assert np.all(np.asarray(residuals) <= eps + 0.5 / 65535 * np.sqrt(m)), (residuals, eps)
 
 
-def test_kernel_without_backbone_runs_ffdnet_hqs_consistent_and_above_bicubic_on_a_smooth_region(tmp_path, capsys):
-    """``mcnet-sr --kernel k.npy`` without --backbone runs FFDNetHQS and its trained x2 layer (shipped weights alone):
-    every channel of its output is in the uint8 ball for the kernel (scipy's circular blur, upper-left decimation),
-    and on a smooth region it is at or above bicubic upsampling and above SRCNN's bicubic layer told the kernel, which
-    paints texture there."""
+def test_kernel_without_backbone_runs_the_unfolded_anchors_layer_consistent_and_above_bicubic_on_a_smooth_region(
+        tmp_path, capsys):
+    """``mcnet-sr --kernel k.npy`` without --backbone runs the x2 unfolded anchor and its untrained layer (shipped
+    weights alone): every channel of its output is in the uint8 ball for the kernel (scipy's circular blur, upper-left
+    decimation), and on a smooth region it is at or above bicubic upsampling and above SRCNN's bicubic layer told the
+    kernel, which paints texture there."""
     from scipy.ndimage import convolve
 
     from mcnet_basicsr.ops import QUANTIZATION_EPS_RMS, BlurDownsample, imresize
@@ -409,7 +410,7 @@ def test_kernel_without_backbone_runs_ffdnet_hqs_consistent_and_above_bicubic_on
         sr = _read_16bit(out / 'sky_x2.png')
         psnr[label] = _psnr_rgb(sr, hr, 2)
         if label == 'default':
-            assert first == TRAINED_LINE + 'kernel k.npy'
+            assert first == DEFAULT_KERNEL_LINE + 'kernel k.npy'
             row = read_summary(out)[str(img)]
             assert row['status'] == 'ok'
             residuals = np.sqrt(((degrade(sr) - lr8 / 255.0)**2).sum(axis=(0, 1)))  # R, G, B

@@ -27,12 +27,13 @@ def test_cards_are_complete_and_name_shipped_files():
     assert MODELS['families'] == cards.MODELS['families'] and MODELS['families']['bicubic'] == 'models'
     assert isinstance(MODELS['max_iter'], int) and MODELS['max_iter'] >= 1
     for b, entry in MODELS['backbones'].items():
-        # a backbone ships layer files per scale, or one untrained layer (settings) and its backbone file
-        own = {'backbone', 'untrained_layer'} if b in UNTRAINED else {'models'}
+        # a backbone ships layer files per scale, or one untrained layer (settings) and its backbone file: one for
+        # every scale, or one per scale that its cards name
+        own = {'untrained_layer'} | ({'backbone'} if 'backbone' in entry else set()) if b in UNTRAINED else {'models'}
         assert set(entry) - {'kernels', 'resizers'} == {'name', 'eps_rms', 'scored_on'} | own, b
         assert b in BACKBONE_PRESETS and entry['eps_rms'] in pretrained.EPS_RMS and entry['scored_on'] in RECORD_ROW
-        if b in UNTRAINED:
-            assert os.path.isfile(pretrained.weight_path(entry['backbone'])), b
+        for s in pretrained.SCALES if b in UNTRAINED else ():
+            assert os.path.isfile(pretrained.weight_path(pretrained._backbone_file(b, s))), (b, s)
     for b, s, card in CARDS:
         assert set(card) == KEYS and s in pretrained.SCALES, (b, s)
         # YAML 1.1 reads 1e-4 (no dot) as a string
@@ -45,12 +46,12 @@ def test_cards_are_complete_and_name_shipped_files():
 
 
 def test_defaults_per_family_of_lr_run_on_shipped_weights_alone():
-    """The cards' ``default``: SRCNN for MATLAB-bicubic LR, FFDNetHQS and its trained layers for LR made by a blur
-    kernel, and for LR made by another resizer the compact RCAN: its layer trained for resizers on OpenCV's area,
-    linear and cubic LR at every scale and on Pillow's bicubic at x2, its bicubic layer on Pillow's at x3 and x4;
+    """The cards' ``default``: SRCNN for MATLAB-bicubic LR, the unfolded anchor and its untrained layer for LR made
+    by a blur kernel, and for LR made by another resizer the compact RCAN: its layer trained for resizers on OpenCV's
+    area, linear and cubic LR at every scale and on Pillow's bicubic at x2, its bicubic layer on Pillow's at x3 and x4;
     each runs without any weights fetched, and ``layer_family`` picks the family of its layer for such LR."""
     assert MODELS['default'] == {'bicubic': {2: 'srcnn', 3: 'srcnn', 4: 'srcnn'},
-                                 'kernels': {2: 'ffdnet_hqs', 3: 'ffdnet_hqs', 4: 'ffdnet_hqs'},
+                                 'kernels': {2: 'ffdnet_unfolded16', 3: 'ffdnet_unfolded16', 4: 'ffdnet_unfolded16'},
                                  'resizers': {2: 'rcan_compact', 3: 'rcan_compact', 4: 'rcan_compact'}}
     lr = {'bicubic': [{}], 'kernels': [{'kernel': 'k.npy'}],
           'resizers': [{'degradation': 'pil-bicubic'}, {'degradation': 'cv2-cubic'}]}
@@ -77,7 +78,9 @@ def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, s
     holds its row."""
     card = model_card(backbone, scale, 'kernels')
     untrained = backbone in UNTRAINED and 'layer' not in card  # a backbone's untrained layer, or its trained file
-    assert set(card) - {'degradations'} == {'tol', 'extrapolation', 'cbsd68'} | (set() if untrained else {'layer'})
+    own = set() if untrained else {'layer'}
+    assert set(card) - {'degradations', 'backbone'} == {'tol', 'extrapolation', 'cbsd68'} | own
+    assert 'backbone' not in card or os.path.isfile(pretrained.weight_path(card['backbone']))
     assert isinstance(card['tol'], float) and 0 < card['tol'] < 1 and isinstance(card['extrapolation'], float)
     assert cards.model_card(backbone, scale, 'kernels') == card
     records = [json.loads(p.read_text()) for p in (REPO_ROOT / 'benchmarks' / 'records').glob('kernel_table_*.json')]
@@ -115,7 +118,7 @@ def test_untrained_layers_are_their_option_files(backbone):
         net_opt = opt['network_g']
         assert opt['scale'] == net_opt['operator']['scale'] == scale
         assert net_opt['backbone']['net']['type'] == backbone_type(backbone)
-        assert os.path.basename(net_opt['backbone']['path']) == entry['backbone']
+        assert os.path.basename(net_opt['backbone']['path']) == pretrained._backbone_file(backbone, scale)
         for key in ('channels', 'rho', 'beta'):
             assert net_opt[key] == layer[key], (scale, key)
         assert dict(net_opt['denoiser'], path=os.path.basename(net_opt['denoiser']['path'])) == layer['denoiser']
@@ -153,13 +156,14 @@ def test_an_untrained_layer_serves_every_operator(backbone):
             if model_card(backbone, scale, family) is None:
                 with pytest.raises(ValueError, match=f'No MCNet layer .* ships for {backbone} at x{scale}'):
                     pretrained.check_available(backbone, scale, family=family)
-    assert [b for b in UNTRAINED if 'resizers' not in MODELS['backbones'][b]] == ['ffdnet_hqs']
+    assert [b for b in UNTRAINED if 'resizers' not in MODELS['backbones'][b]] == ['ffdnet_hqs', 'ffdnet_unfolded16']
     with pytest.raises(ValueError, match="serves any operator.*family 'kernels' or 'resizers'"):
         pretrained.check_available(backbone, 2)
-    # FFDNetHQS's cards name its trained files, FFDNetPnP's name none
+    # FFDNetHQS's cards name its trained files, FFDNetPnP's and FFDNetUnfolded's name none
     for scale in pretrained.SCALES:
         expected = {'ffdnet_hqs': f'mcnet_ffdnet_hqs_x{scale}.pth',
-                    'ffdnet_pnp': 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)'}
+                    'ffdnet_pnp': 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)',
+                    'ffdnet_unfolded16': 'FFDNet prior ffdnet_rgb.pth, beta 3 growing with the noise (untrained)'}
         assert pretrained.describe_layer(backbone, scale, 'kernels') == expected[backbone]
 
 

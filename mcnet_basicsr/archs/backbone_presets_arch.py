@@ -13,6 +13,8 @@ preset                    architecture                                          
                           of :class:`FFDNetPnP`); no scale option: the operator carries it  the operator
 ``ffdnet_hqs``            half-quadratic splitting with the colour FFDNet (the defaults of  RGB LR, RGB out; told
                           :class:`FFDNetHQS`); no scale option: told the kernel and scale   the kernel
+``ffdnet_unfolded16``     FFDNetHQS unfolded to 16 iterations and trained end to end        RGB LR, RGB out; told
+                          (:class:`FFDNetUnfolded`); weights per scale, told the kernel     the kernel
 ========================  ================================================================  =====================
 
 Where to use them:
@@ -47,6 +49,8 @@ BACKBONE_PRESETS = {
     'pan': {'arch': {'type': 'PAN'}, 'scale_option': 'upscale', 'input': 'lr', 'channels': 3},
     'ffdnet_pnp': {'arch': {'type': 'FFDNetPnP'}, 'scale_option': None, 'input': 'lr', 'channels': 3},
     'ffdnet_hqs': {'arch': {'type': 'FFDNetHQS'}, 'scale_option': None, 'input': 'lr', 'channels': 3},
+    'ffdnet_unfolded16': {'arch': {'type': 'FFDNetUnfolded', 'n_iter': 16}, 'scale_option': None, 'input': 'lr',
+                          'channels': 3},
 }
 
 

@@ -48,8 +48,9 @@ def describe_layer(backbone, scale, family='bicubic', quote=str):
     layer = untrained_layer(backbone)
     if layer is None or layer_file(backbone, scale, family):
         return quote(layer_file(backbone, scale, family))
-    denoiser = layer['denoiser']
-    return f"{denoiser['arch']} prior {quote(denoiser['path'])}, beta {layer['beta']['init']:g} (untrained)"
+    denoiser, beta = layer['denoiser'], layer['beta']
+    growth = ' growing with the noise' if beta.get('noise') else ''
+    return f"{denoiser['arch']} prior {quote(denoiser['path'])}, beta {beta['init']:g}{growth} (untrained)"
 
 
 def backbone_name(backbone):

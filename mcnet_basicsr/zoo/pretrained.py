@@ -72,14 +72,14 @@ def build_pretrained_srcnn(scale, device='cpu'):
 
 def build_pretrained_backbone(name, scale, device='cpu'):
     """One of our shipped backbones alone, as an RGB LR -> RGB HR network: 'srcnn', 'rcan_compact', 'rdn_compact', or
-    'ffdnet_pnp' (told the operator and the noise per call, ``net(lr, operator, sigma)``)."""
+    'ffdnet_pnp' (told the operator and the noise per call, ``net(lr, operator, sigma)``), 'ffdnet_hqs' or
+    'ffdnet_unfolded16' (told the kernel, the scale and the noise, ``net(lr, kernel, scale, sigma)``)."""
     _check_scale(scale)
     if name in BACKBONES and _official_weights(name):
         raise ValueError(f'{name}: its official weights are third-party and not shipped; build the arch from '
                          f'backbone_options({name!r}, {scale}) and load them (scripts/fetch_assets.py {name}).')
     net = build_network(backbone_options(name, scale))
-    card = model_card(name, scale)
-    if card is None and MODELS['backbones'].get(name, {}).get('backbone') is None:
+    if name not in BACKBONES or _backbone_file(name, scale) is None:
         raise ValueError(f'No {name} backbone ships for x{scale}; shipped backbones: {", ".join(BACKBONES)}.')
     load_network(net, weight_path(_backbone_file(name, scale)))
     return net.eval().to(device)
@@ -92,8 +92,9 @@ def _official_weights(backbone):
 
 def _backbone_file(backbone, scale):
     """The shipped backbone checkpoint at ``scale``: the backbone's own where one serves every scale, else the one its
-    MATLAB-bicubic card names (the layers of every family at that scale run on it)."""
-    return MODELS['backbones'][backbone].get('backbone') or model_card(backbone, scale)['backbone']
+    MATLAB-bicubic card names (the layers of every family at that scale run on it), else its kernel card's."""
+    card = model_card(backbone, scale) or model_card(backbone, scale, 'kernels') or {}
+    return MODELS['backbones'][backbone].get('backbone') or card.get('backbone')
 
 
 def layer_file_options(state):
