@@ -22,8 +22,10 @@ Set5/Set14 scores of each.
   the kernel; ``family='kernels'``) and ``ffdnet_pnp`` (FFDNetPnP: plug-and-play projections told the operator;
   ``family='kernels'`` or ``'resizers'``) and the prior of their untrained layer, whose settings are their cards'
   ``untrained_layer`` (FFDNetPnP's layer);
-* ``mcnet_ffdnet_hqs_x{2,3,4}.pth``: HQS's layers trained for LR made by blur kernels and noise, which its cards name
-  (``mcnet-sr``'s default for such LR).
+* ``mcnet_ffdnet_hqs_x{2,3,4}.pth``: HQS's layers trained for LR made by blur kernels and noise, which its cards name;
+* ``ffdnet_unfolded16_x{2,3,4}.pth``: the unfolded anchor (FFDNetHQS unfolded to 16 iterations and trained end to end,
+  told the kernel, the scale and the noise; half precision), the backbone ``ffdnet_unfolded16`` of each scale, around
+  which its card's untrained layer runs (``mcnet-sr``'s default for LR made by blur kernels).
 
 ``weights/README.md`` records the option file, command, iterations and Set5 score of each file.
 """
@@ -164,7 +166,8 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
             'imdn' / 'pan' (the official weights, given as ``backbone_path``; layers for x3 and x4), or 'ffdnet_pnp' /
             'ffdnet_hqs' (FFDNetPnP / FFDNetHQS and their untrained layer with the same colour FFDNet as prior, beta 3,
             or the trained file a card names: ``family`` 'kernels' or, for PnP, 'resizers'; the operator given per
-            call).
+            call), or 'ffdnet_unfolded16' (the unfolded anchor of the scale and that untrained layer, its beta growing
+            with the noise; ``family`` 'kernels').
         start (bool): Begin each solve at the shipped learned start where one ships for this model (its card's
             ``start``; not with another ``backbone_path``, to whose outputs it was not fitted). The fixed point is the
             same.
