@@ -1,4 +1,4 @@
-"""docs/kernel_layers.md's tables of what ``mcnet-sr --kernel`` gives beside USRNet-tiny
+"""docs/kernel_layers.md's tables of what ``mcnet-sr --kernel --backbone ffdnet_hqs`` gives beside USRNet-tiny
 (benchmarks/cli_defaults.py ``--rows``, smooth regions) and of why its anchor trails USRNet-tiny
 (benchmarks/hqs_study.py), against the records they come from."""
 import json
@@ -7,13 +7,14 @@ from test_docs_tables import RECORDS, _case_mean, _prior_pages_lines, _table_aft
 
 
 def test_kernel_layers_usrnet_and_smooth_tables_are_their_record():
-    """docs/kernel_layers.md's tables of mcnet-sr --kernel beside USRNet-tiny (benchmarks/cli_defaults.py --rows):
+    """docs/kernel_layers.md's tables of ffdnet_hqs's layers beside USRNet-tiny (benchmarks/cli_defaults.py --rows):
     every PSNR is its case's mean in the record to two decimals, and the smooth regions' counts below bicubic
     upsampling and largest shortfalls are the record's."""
     lines = _prior_pages_lines()
     results = json.loads((RECORDS / 'cli_defaults_usrnet_smooth_cpu.json').read_text())['results']
     keys = ('bicubic', 'usrnet_tiny', 'ffdnet', 'mcnet_ffdnet_hqs', 'srcnn')
-    columns = ' | bicubic upsampling | USRNet-tiny | `mcnet-sr --kernel` | the untrained layer | `--backbone srcnn` |'
+    columns = (' | bicubic upsampling | USRNet-tiny | `--backbone ffdnet_hqs` | the untrained layer '
+               '| `--backbone srcnn` |')
     photos = _table_after(lines, '| Set5, one family kernel' + columns)
     cases = {'x2': 'kernel x2', 'x2, noise 2.55': 'kernel x2_n2.55', 'x3, noise 7.65': 'kernel x3_n7.65',
              'x4': 'kernel x4'}
