@@ -32,10 +32,12 @@ SMOOTH_CROP = ('rocket', 0, 272, 96)
 KERNEL_CASES = (('x2', 2, 0.0), ('x2_n2.55', 2, 2.55), ('x3_n7.65', 3, 7.65), ('x4', 4, 0.0))
 RESIZERS = ('pil-bicubic', 'cv2-area')
 # the models compared, by their --backbone: the FFDNet layers (FFDNetHQS's for a kernel, FFDNetPnP's for a resizer),
-# SRCNN's bicubic layer told the operator, and the compact RCAN's layers (for a resizer, the one its cards route it to)
+# SRCNN's bicubic layer told the operator, the compact RCAN's layers (for a resizer, the one its cards route it to),
+# and the unfolded anchor's layer (kernel cases only: None skips a variant's resizer cases)
 VARIANTS = {'ffdnet': {'kernel': ['--backbone', 'ffdnet_hqs'], 'degradation': ['--backbone', 'ffdnet_pnp']},
             'srcnn': {'kernel': ['--backbone', 'srcnn'], 'degradation': ['--backbone', 'srcnn']},
-            'rcan_compact': {'kernel': ['--backbone', 'rcan_compact'], 'degradation': ['--backbone', 'rcan_compact']}}
+            'rcan_compact': {'kernel': ['--backbone', 'rcan_compact'], 'degradation': ['--backbone', 'rcan_compact']},
+            'unfolded': {'kernel': ['--backbone', 'ffdnet_unfolded16'], 'degradation': None}}  # blur kernels only
 
 
 def parse_args(argv):
@@ -199,6 +201,8 @@ def main(argv=None):
             out = osp.join(tmp, variant)
             t0 = time.perf_counter()
             extra_args = VARIANTS[variant]['kernel' if 'kernel' in extra else 'degradation']
+            if extra_args is None:
+                continue
             status = mcnet_sr(cmd + ['-o', out] + extra_args, models=models)
             if status:
                 raise RuntimeError(f'mcnet-sr {" ".join(cmd + extra_args)} exited with {status}')

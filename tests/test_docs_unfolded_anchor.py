@@ -134,3 +134,21 @@ def test_layer_around_stage_two_table_is_its_records():
     layer = [results['mcnet_ffdnet_unfolded16', f] for f in families]
     assert all(len(entry['converged']) == 10 for entry in layer)
     assert rows['its solves that reached 1e-4, of 10'] == [str(sum(entry['converged'])) for entry in layer]
+
+
+def test_mcnet_sr_kernel_table_is_its_records():
+    """The table of what ``mcnet-sr --kernel`` gives (benchmarks/cli_defaults.py, variant ``unfolded``) beside
+    USRNet-tiny and ``--backbone ffdnet_hqs`` (the record of docs/kernel_layers.md's table): the same problems (the
+    bicubic values of both records agree), every PSNR its case's mean to two decimals."""
+    new = json.loads((RECORDS / 'cli_defaults_unfolded_set5_cpu.json').read_text())['results']
+    old = json.loads((RECORDS / 'cli_defaults_usrnet_smooth_cpu.json').read_text())['results']
+    header = ('| Set5, one family kernel | bicubic upsampling | USRNet-tiny | `--backbone ffdnet_hqs` '
+              '| `mcnet-sr --kernel` |')
+    rows = dict(_table_after(_lines(), header))
+    cases = {'x2': 'kernel x2', 'x2, noise 2.55': 'kernel x2_n2.55', 'x3, noise 7.65': 'kernel x3_n7.65',
+             'x4': 'kernel x4', 'the evening sky, x2': 'smooth rocket x2'}
+    assert list(rows) == list(cases)
+    for label, case in cases.items():
+        assert new[case]['bicubic'] == pytest.approx(old[case]['bicubic'], abs=1e-9), case
+        expected = [_case_mean(old[case], k) for k in ('bicubic', 'usrnet_tiny', 'ffdnet')]
+        assert rows[label] == expected + [_case_mean(new[case], 'unfolded')], label
