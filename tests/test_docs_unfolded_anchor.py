@@ -152,3 +152,19 @@ def test_mcnet_sr_kernel_table_is_its_records():
         assert new[case]['bicubic'] == pytest.approx(old[case]['bicubic'], abs=1e-9), case
         expected = [_case_mean(old[case], k) for k in ('bicubic', 'usrnet_tiny', 'ffdnet')]
         assert rows[label] == expected + [_case_mean(new[case], 'unfolded')], label
+
+
+def test_layer_around_the_shipped_anchor_table_is_its_record():
+    """The Set5 table of the shipped anchor and the layer around it: each PSNR its row's mean in the prior_study.py
+    record on the shipped files, to two decimals, and each count of solves that reached the tolerance the record's."""
+    results = json.loads((RECORDS / 'prior_study_set5_rows_unfolded16_shipped_cpu.json').read_text())['results']
+    families = ('x2', 'x3', 'x3_n2.55', 'x3_n7.65', 'x4')
+    header = '| Set5, 2 family kernels, the shipped anchor | x2 | x3 | x3, noise 2.55 | x3, noise 7.65 | x4 |'
+    rows = dict(_table_after(_lines(), header))
+    labels = {'`ffdnet_unfolded16` (the shipped anchor)': 'ffdnet_unfolded16',
+              '`mcnet_ffdnet_unfolded16` (the layer around it)': 'mcnet_ffdnet_unfolded16'}
+    assert list(rows) == list(labels) + ['its solves that reached 1e-4, of 10']
+    for label, row in labels.items():
+        assert rows[label] == [_case_mean(results[row][f], 'psnr') for f in families], label
+    layer = [results['mcnet_ffdnet_unfolded16'][f] for f in families]
+    assert rows['its solves that reached 1e-4, of 10'] == [str(sum(entry['converged'])) for entry in layer]
