@@ -139,19 +139,30 @@ def test_layer_around_stage_two_table_is_its_records():
 def test_mcnet_sr_kernel_table_is_its_records():
     """The table of what ``mcnet-sr --kernel`` gives (benchmarks/cli_defaults.py, variant ``unfolded``) beside
     USRNet-tiny and ``--backbone ffdnet_hqs`` (the record of docs/kernel_layers.md's table): the same problems (the
-    bicubic values of both records agree), every PSNR its case's mean to two decimals."""
+    bicubic values of the records agree), every PSNR its case's mean to two decimals, and on the smooth regions the
+    counts below bicubic upsampling and the largest shortfalls."""
     new = json.loads((RECORDS / 'cli_defaults_unfolded_set5_cpu.json').read_text())['results']
+    new.update(json.loads((RECORDS / 'cli_defaults_unfolded_smooth_cpu.json').read_text())['results'])
     old = json.loads((RECORDS / 'cli_defaults_usrnet_smooth_cpu.json').read_text())['results']
+    keys = ('bicubic', 'usrnet_tiny', 'ffdnet')
     header = ('| Set5, one family kernel | bicubic upsampling | USRNet-tiny | `--backbone ffdnet_hqs` '
               '| `mcnet-sr --kernel` |')
     rows = dict(_table_after(_lines(), header))
     cases = {'x2': 'kernel x2', 'x2, noise 2.55': 'kernel x2_n2.55', 'x3, noise 7.65': 'kernel x3_n7.65',
-             'x4': 'kernel x4', 'the evening sky, x2': 'smooth rocket x2'}
-    assert list(rows) == list(cases)
+             'x4': 'kernel x4', 'the evening sky, x2': 'smooth rocket x2',
+             "BSD200's 20 smoothest regions, x2, mean": 'smooth BSD200 x2'}
+    smooth = ['of those, below bicubic upsampling', 'the largest shortfall']
+    assert list(rows) == list(cases) + smooth
     for label, case in cases.items():
         assert new[case]['bicubic'] == pytest.approx(old[case]['bicubic'], abs=1e-9), case
-        expected = [_case_mean(old[case], k) for k in ('bicubic', 'usrnet_tiny', 'ffdnet')]
+        expected = [_case_mean(old[case], k) for k in keys]
         assert rows[label] == expected + [_case_mean(new[case], 'unfolded')], label
+    regions, theirs = new['smooth BSD200 x2'], old['smooth BSD200 x2']
+    assert regions['regions'] == theirs['regions'] and len(regions['regions']) == 20
+    below = [[psnr - bicubic for psnr, bicubic in zip(values, regions['bicubic'])]
+             for values in [theirs[k] for k in keys[1:]] + [regions['unfolded']]]
+    assert rows[smooth[0]] == ['-'] + [str(sum(d < 0 for d in diffs)) for diffs in below]
+    assert rows[smooth[1]] == ['-'] + [f'{-min(diffs):.2f}' for diffs in below]
 
 
 def test_layer_around_the_shipped_anchor_table_is_its_record():
