@@ -183,24 +183,23 @@ def test_the_stage_two_rows_run_the_shipped_anchor(scale):
         assert all(torch.equal(anchor.state_dict()[k], v.float()) for k, v in shipped.items())
 
 
-@pytest.mark.parametrize('stage, n_iter', [('', 8)])
-def test_the_unfolded_rows_load_the_recipes_ema_weights(tmp_path, monkeypatch, stage, n_iter):
+def test_the_stage_one_rows_load_the_recipes_ema_weights(tmp_path, monkeypatch):
     """options/test_ffdnet_unfolded_x3.yml and test_mcnet_ffdnet_unfolded_x3.yml (Table K's rows of stage 1) read
     their recipe's last checkpoint, its EMA weights, as the network and as the layer's frozen anchor, at the recipe's
     iterations."""
     from mcnet_basicsr.evaluation.kernel_table import build_row
     torch.manual_seed(0)
-    trained, ema = FFDNetUnfolded(n_iter=n_iter), FFDNetUnfolded(n_iter=n_iter)
+    trained, ema = FFDNetUnfolded(n_iter=8), FFDNetUnfolded(n_iter=8)
     with torch.no_grad():
         ema.hyper[-1].bias.fill_(0.25)
-    models = tmp_path / 'experiments' / f'train_FFDNet_unfolded{stage}_x3' / 'models'
+    models = tmp_path / 'experiments' / 'train_FFDNet_unfolded_x3' / 'models'
     models.mkdir(parents=True)
     torch.save({'params': trained.state_dict(), 'params_ema': ema.state_dict()}, models / 'net_g_latest.pth')
     (tmp_path / 'options').symlink_to(REPO_ROOT / 'options')
     monkeypatch.chdir(tmp_path)
-    net, consistent = build_row(f'ffdnet_unfolded{stage}', 3, torch.device('cpu'), 1e-4, 60)
-    assert isinstance(net, FFDNetUnfolded) and net.n_iter == n_iter and not consistent
-    layer, consistent = build_row(f'mcnet_ffdnet_unfolded{stage}', 3, torch.device('cpu'), 1e-4, 60)
+    net, consistent = build_row('ffdnet_unfolded', 3, torch.device('cpu'), 1e-4, 60)
+    assert isinstance(net, FFDNetUnfolded) and net.n_iter == 8 and not consistent
+    layer, consistent = build_row('mcnet_ffdnet_unfolded', 3, torch.device('cpu'), 1e-4, 60)
     assert consistent and isinstance(layer.frozen.net, FFDNetUnfolded)
     for anchor in (net, layer.frozen.net):
         assert all(torch.equal(anchor.state_dict()[k], v) for k, v in ema.state_dict().items())

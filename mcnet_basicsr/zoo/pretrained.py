@@ -81,9 +81,10 @@ def build_pretrained_backbone(name, scale, device='cpu'):
         raise ValueError(f'{name}: its official weights are third-party and not shipped; build the arch from '
                          f'backbone_options({name!r}, {scale}) and load them (scripts/fetch_assets.py {name}).')
     net = build_network(backbone_options(name, scale))
-    if name not in BACKBONES or _backbone_file(name, scale) is None:
+    path = _backbone_file(name, scale) if name in BACKBONES else None
+    if path is None:
         raise ValueError(f'No {name} backbone ships for x{scale}; shipped backbones: {", ".join(BACKBONES)}.')
-    load_network(net, weight_path(_backbone_file(name, scale)))
+    load_network(net, weight_path(path))
     return net.eval().to(device)
 
 
