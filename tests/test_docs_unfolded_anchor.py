@@ -82,6 +82,8 @@ SHIPPED_TABLE_K_ROWS = {
     ('mcnet_ffdnet_hqs_kernels', [f'kernel_table_mcnet_ffdnet_hqs_kernels_x{s}_h100.json' for s in (2, 3, 4)]),
     '`ffdnet_unfolded16` (the shipped anchor)':
     ('ffdnet_unfolded16', ['kernel_table_ffdnet_unfolded16_shipped_h100.json']),
+    '`mcnet_ffdnet_unfolded16` (the layer around it)':
+    ('mcnet_ffdnet_unfolded16', ['kernel_table_mcnet_ffdnet_unfolded16_h100.json']),
 }
 
 
