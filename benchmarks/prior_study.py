@@ -79,6 +79,8 @@ def parse_args(argv):
                    help='also each USRNet-anchored layer with its FFDNet averaged over the 8 flips and rotations of '
                    'its input (a stronger denoiser at 8 times the cost)')
     p.add_argument('--rows', nargs='+', metavar='ROW', help='option-file rows instead of the study\'s methods')
+    p.add_argument('--tol', type=float, default=1e-4, help="with --rows: the layers' forward tolerance (Table K's)")
+    p.add_argument('--max-iter', type=int, default=60, help="with --rows: the layers' iteration cap (Table K's 60)")
     p.add_argument('--layer', help='also a layer trained by train_prior_probe.py (its state file)')
     p.add_argument('--device', default='cuda')
     p.add_argument('--out', required=True)
@@ -229,6 +231,8 @@ def write_record(args, results):
     device = device_name(torch.device(args.device))
     record = {'protocol': f'{protocol}, USRNet measurement, PSNR RGB uint8 border s^2', 'device': device,
               'results': results}
+    if args.rows:
+        record['solver'] = {'tol': args.tol, 'max_iter': args.max_iter}
     with open(args.out, 'w') as f:
         json.dump(record, f, indent=1)
 
@@ -248,7 +252,8 @@ def print_family(results, fam):
 
 def score_rows(args):
     """The option-file rows ``args.rows`` on the study's problems, each as the kernel table runs it (float32, Anderson
-    to a relative residual of 1e-4, at most 60 iterations): the record of :func:`write_record`."""
+    to a relative residual of ``args.tol``, at most ``args.max_iter`` iterations; Table K's 1e-4 and 60 by default):
+    the record of :func:`write_record`."""
     from mcnet_basicsr.data.degradations import psnr_rgb_uint8
     from mcnet_basicsr.evaluation.kernel_table import build_row, protocol_forward
     from mcnet_basicsr.ops import build_operator
@@ -256,7 +261,7 @@ def score_rows(args):
     results = {}
     for fam in args.families:
         scale, noise255 = FAMILIES[fam]
-        nets = {row: build_row(row, scale, dev, 1e-4, 60) for row in args.rows}
+        nets = {row: build_row(row, scale, dev, args.tol, args.max_iter) for row in args.rows}
         missing = [row for row, (net, _) in nets.items() if net is None]
         if len(missing) == len(nets):
             raise SystemExit(f'No row to run at x{scale}: options/test_<row>_x{scale}.yml of {missing} or its weights '
