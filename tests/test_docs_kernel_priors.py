@@ -1,0 +1,35 @@
+"""docs/kernel_priors.md's tolerance table (benchmarks/prior_study.py --rows --tol) against the records it comes
+from."""
+import json
+
+from test_docs_tables import PRIOR_FAMILIES, RECORDS, _prior_pages_lines, _table_after
+
+# docs/kernel_priors.md's tolerance table: row label -> (record, row of the record)
+TOLERANCE_ROWS = {'USRNet-tiny alone': ('prior_study_set5_rows_usrnet_tol1e-4_cpu.json', 'usrnet_tiny')}
+TOLERANCE_ROWS.update({f'`mcnet_usrnet_tiny`, tol {t}': (f'prior_study_set5_rows_usrnet_tol{t}_cpu.json',
+                                                         'mcnet_usrnet_tiny') for t in ('1e-4', '3e-4', '1e-3')})
+TOLERANCE_ROWS.update({'`mcnet_ffdnet_unfolded16`, tol 1e-4': ('prior_study_set5_rows_unfolded16_shipped_cpu.json',
+                                                               'mcnet_ffdnet_unfolded16'),
+                       '`mcnet_ffdnet_unfolded16`, tol 1e-3': ('prior_study_set5_rows_unfolded16_tol1e-3_cpu.json',
+                                                               'mcnet_ffdnet_unfolded16')})
+
+
+def test_tolerance_table_is_its_records():
+    """Each cell of docs/kernel_priors.md's tolerance table is its row's Set5 mean to three decimals and, for a layer,
+    its mean iterations in brackets; each record's solver tolerance is the one its label names."""
+    rows = _table_after(_prior_pages_lines(),
+                        '| Set5, 2 family kernels, by tolerance | x2 | x3 | x3, 2.55 | x3, 7.65 | x4 |')
+    assert [label for label, _ in rows] == list(TOLERANCE_ROWS)
+    for label, values in rows:
+        name, row = TOLERANCE_ROWS[label]
+        record = json.loads((RECORDS / name).read_text())
+        if 'tol' in label:
+            assert record.get('solver', {'tol': 1e-4})['tol'] == float(label.rsplit(' ', 1)[1]), label
+        expected = []
+        for f in PRIOR_FAMILIES:
+            cell = record['results'][row][f]
+            text = f'{sum(cell["psnr"]) / len(cell["psnr"]):.3f}'
+            if 'iterations' in cell:
+                text += f' ({sum(cell["iterations"]) / len(cell["iterations"]):.1f})'
+            expected.append(text)
+        assert values == expected, label
