@@ -11,7 +11,7 @@ import torch
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import REPO_ROOT, SHARED, load_script, shared_path
-from mcnet_basicsr.archs.frozen_backbone import FrozenBackbone, is_non_blind
+from mcnet_basicsr.archs.frozen_backbone import FrozenBackbone, is_non_blind, non_blind_forward
 from mcnet_basicsr.archs.layer_core import ChannelBalls
 from mcnet_basicsr.archs.layer_options import DenoiserOptions
 from mcnet_basicsr.archs.layer_prior import PriorLevel
@@ -285,11 +285,22 @@ def test_non_blind_backbone_is_told_the_measurement_of_the_call():
                                atol=1e-6)
 
 
-def test_non_blind_backbone_refuses_an_operator_without_kernel():
+def test_non_blind_backbone_is_told_a_resizers_circular_kernel():
+    """A layer whose operator is a resizer (MATLAB bicubic) tells a kernel-taking backbone the circular blur equal to
+    it away from the borders; an operator without one gets one clear error."""
     net = spy_layer({'type': 'bicubic', 'scale': 2})
-    lr = torch.rand(1, 3, 6, 7)
+    with torch.no_grad():
+        net(torch.rand(1, 3, 6, 7))
+    _, got_kernel, got_scale, _ = net.backbone.calls[-1]
+    expected = build_operator({'type': 'bicubic', 'scale': 2}).circular_blur().kernel
+    torch.testing.assert_close(got_kernel, torch.tensor(expected, dtype=torch.float32)[None, None], rtol=0, atol=0)
+    assert got_scale == 2
+
+    class NoKernel:
+        scale = 2
+
     with pytest.raises(ValueError, match='is non-blind') as err:
-        net(lr)
+        non_blind_forward(SpyNonBlind(), torch.rand(1, 3, 6, 7), NoKernel())
     assert '\n' not in str(err.value)
 
 

@@ -11,6 +11,7 @@ import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import sample_photo, train_through_pipeline
 from mcnet_basicsr.models.protocol_sr_model import ProtocolSRModel
 from mcnet_basicsr.ops import BlurDownsample, StackedOperator, build_degradation, build_operator
+from mcnet_basicsr.ops.blur import pad_kernel
 
 
 @pytest.fixture
@@ -75,7 +76,9 @@ def test_test_phase_draws_are_the_same_every_epoch_and_per_image(photo_folder):
 
 def test_bad_degradations_are_refused(photo_folder):
     with pytest.raises(ValueError, match='one of the keys'):
-        dataset(photo_folder, degradation={'kernels': {}, 'resizers': ['pil-bicubic']})
+        dataset(photo_folder, degradation={'kernels': {}, 'kernel': 'k.npy'})
+    with pytest.raises(ValueError, match='resizer_share'):
+        dataset(photo_folder, degradation={'kernels': {}, 'resizers': ['pil-bicubic'], 'resizer_share': 1.5})
     with pytest.raises(ValueError, match='noise'):
         dataset(photo_folder, degradation={'kernels': {}}, noise=[5, 1])
     with pytest.raises(ValueError, match='quantize'):
@@ -99,6 +102,39 @@ def test_the_model_builds_each_batchs_operator_from_its_samples(photo_folder):
     m = model.batch_measurement({'degradation': ['cv2-area', 'cv2-area']})
     assert type(m['operator']).__name__ == 'OpenCVResizeDownsample'
     assert model.batch_measurement({}) == {}
+
+
+def test_a_mix_tells_each_sample_its_resizer_or_kernel_at_one_size(photo_folder, seeded_random):
+    """Kernels and resizers in one set: a resized sample's LR is its resizer's (inside the image) and its kernel the
+    circular blur equal to it there; a blurred one's LR is its kernel's; every kernel is padded to one size, which
+    leaves its blur unchanged; the model builds a batch's operator from both."""
+    ds = dataset(photo_folder, degradation={'kernels': {'size': 13}, 'resizers': ['pil-bicubic', 'cv2-cubic']},
+                 quantize='float')
+    items = [ds[i % len(ds)] for i in range(16)]
+    assert {item['degradation'] for item in items} == {'', 'pil-bicubic', 'cv2-cubic'}
+    assert {tuple(item['kernel'].shape) for item in items} == {(19, 19)}  # pil-bicubic's at x4
+    for item in items:
+        gt, lq = item['gt'][None].double(), item['lq'][None].double()
+        blur = build_operator({'type': 'blur', 'scale': 4, 'kernel': item['kernel'].double()})
+        if item['degradation']:
+            op = build_degradation(item['degradation'], 4)
+            torch.testing.assert_close(item['kernel'].double(), torch.from_numpy(
+                pad_kernel(op.circular_blur().kernel, 19)), rtol=0, atol=1e-7)
+            assert torch.allclose(op(gt)[..., 3:-3, 3:-3], lq[..., 3:-3, 3:-3], atol=1e-6)
+        else:
+            assert torch.allclose(blur(gt), lq, atol=1e-6)
+    model = ProtocolSRModel.__new__(ProtocolSRModel)
+    model.opt, model.device = {'scale': 4}, torch.device('cpu')
+    blurred = next(item for item in items if not item['degradation'])
+    resized = next(item for item in items if item['degradation'])
+    batch = default_collate([blurred, resized])
+    op = model.batch_measurement(batch)['operator']
+    assert isinstance(op, StackedOperator) and isinstance(op.operators[0], BlurDownsample)
+    assert op.operators[1] is model.batch_measurement({'degradation': [resized['degradation']]})['operator']
+    x = torch.rand(2, 3, 48, 48, dtype=torch.float64)
+    torch.testing.assert_close(op.circular_blur()(x), BlurDownsample(4, batch['kernel'].double())(x))
+    only_blur = model.batch_measurement(default_collate([blurred, blurred]))['operator']
+    assert isinstance(only_blur, BlurDownsample) and only_blur.kernel.shape == (2, 19, 19)
 
 
 def _shrunk_training(tmp_path, photo_folder, option, name):

@@ -14,6 +14,7 @@ from conftest import REPO_ROOT, central_difference, sample_photo, tiny_recipe, t
 from mcnet_basicsr.archs.ffdnet_arch import FFDNet, FFDNetHQS, FFDNetUnfolded
 from mcnet_basicsr.data.degraded_pair_dataset import DegradedPairDataset
 from mcnet_basicsr.data.kernel_family import gaussian_kernel
+from mcnet_basicsr.ops import build_operator
 
 SHIPPED = REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'ffdnet_rgb.pth'
 SMALL = dict(num_feat=8, num_layer=3, n_iter=4)
@@ -127,13 +128,17 @@ def test_protocol_model_trains_a_non_blind_network_on_each_samples_kernel_and_no
     assert math.isfinite(model.last_measurement['fidelity'])
 
 
-def test_a_non_blind_network_without_a_told_kernel_gets_one_clear_error():
-    """A batch that does not say how its LR was made: the model's fallback is MATLAB bicubic, which has no kernel of
-    upper-left decimation, so the network cannot be told one."""
+def test_a_non_blind_network_without_a_told_kernel_is_told_matlab_bicubic():
+    """A batch that does not say how its LR was made: the model's fallback is MATLAB bicubic, and the network is told
+    the circular blur equal to it away from the borders."""
     model, _ = _recipe_model()
-    model.feed_data({'lq': torch.rand(1, 3, 8, 8), 'gt': torch.rand(1, 3, 24, 24)})
-    with pytest.raises(ValueError, match='FFDNetUnfolded is non-blind'):
-        model.optimize_parameters(1)
+    lq = torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    model.feed_data({'lq': lq, 'gt': torch.rand(1, 3, 24, 24)})
+    model.test()
+    kernel = build_operator({'type': 'bicubic', 'scale': 3}).circular_blur().kernel
+    with torch.no_grad():
+        expected = model.net_g_ema(lq, torch.tensor(kernel, dtype=torch.float32)[None, None], 3, 0.0)
+    torch.testing.assert_close(model.output, expected)
 
 
 @pytest.mark.slow
@@ -228,3 +233,18 @@ def test_stage_two_starts_from_stage_one_at_dpirs_schedule(tmp_path, scale, star
     sigma = torch.tensor([0.0, 0.03])
     for learned, dpir in zip(net.schedule(scale, sigma), FFDNetHQS.schedule(net, scale, sigma)):
         assert learned.shape == (2, 6) and torch.equal(learned, dpir)
+
+
+@pytest.mark.slow
+def test_the_mixed_recipe_trains_on_kernels_and_resizers_from_the_shipped_anchor(tmp_path):
+    """options/train_ffdnet_unfolded16_mix_x4.yml through train_pipeline on tiny photos: it starts from the shipped
+    x4 anchor (half precision, strict), trains on LR made by kernels and resizers and validates on both sets."""
+    opt = tiny_recipe('train_ffdnet_unfolded16_mix_x4', tmp_path)
+    opt['datasets']['train']['io_backend'] = {'type': 'disk'}
+    opt['datasets']['val_2']['dataroot_gt'] = opt['datasets']['val']['dataroot_gt']
+    exp, log = train_through_pipeline(opt, tmp_path)
+    assert 'Validation Set5: psnr_y_uint8' in log and 'Validation Set5_resizers: psnr_y_uint8' in log
+    state = torch.load(exp / 'models' / 'net_g_2.pth', map_location='cpu')['params']
+    shipped = torch.load(REPO_ROOT / 'mcnet_basicsr' / 'weights' / 'ffdnet_unfolded16_x4.pth', map_location='cpu')
+    moved = [float((state[k] - v.float()).abs().max()) for k, v in shipped['params'].items()]
+    assert 0 < max(moved) < 1e-2  # two Adam steps from the shipped anchor

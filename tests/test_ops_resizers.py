@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from mcnet_basicsr.ops import (DEGRADATIONS, OPERATOR_REGISTRY, MatlabBicubicDownsample, OpenCVResizeDownsample,
-                               PilResizeDownsample, SeparableDownsample, TorchInterpolateDownsample, build_degradation,
-                               build_operator, separable)
+from mcnet_basicsr.ops import (DEGRADATIONS, OPERATOR_REGISTRY, BlurDownsample, MatlabBicubicDownsample,
+                               OpenCVResizeDownsample, PilResizeDownsample, ReflectBlurDownsample, SeparableDownsample,
+                               StackedOperator, TorchInterpolateDownsample, build_degradation, build_operator,
+                               separable)
 from mcnet_basicsr.ops.matrices import cubic_kernel
 
 NAMES = tuple(name for name in DEGRADATIONS if name != 'matlab-bicubic')
@@ -393,3 +394,38 @@ def test_no_dct_diagonalises_a_clipped_renormalised_window(name):
                 product = gram @ basis
                 residual = np.abs(product - basis * np.einsum('ik,ik->k', basis, product)).max()
                 assert residual > 1e-3 * np.abs(gram).sum(1).max(), (scale, kind)
+
+
+# ------------------------------------------------------------------------------------------- circular blur equivalents
+@pytest.mark.parametrize('scale', [2, 3, 4])
+@pytest.mark.parametrize('name', sorted(DEGRADATIONS))
+def test_circular_blur_equals_the_resizer_away_from_the_borders(name, scale):
+    """What a network told a blur kernel is told for a resizer: a circular blur with upper-left decimation that gives
+    the resizer's own LR on every pixel whose taps stay inside the image (near the borders the two may differ)."""
+    op = build_degradation(name, scale)
+    blur = op.circular_blur()
+    assert blur.offset == 0 and blur.kernel.shape[0] % 2 == 1
+    assert blur.kernel.sum() == pytest.approx(1.0, abs=1e-12)
+    x = torch.rand(2, 3, 20 * scale, 22 * scale, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    margin = blur.kernel.shape[0] // (2 * scale) + 1
+    inside = (..., slice(margin, -margin), slice(margin, -margin))
+    torch.testing.assert_close(blur(x)[inside], op(x)[inside], rtol=0, atol=1e-13)
+
+
+def test_circular_blur_of_blurs_and_stacks():
+    """A blur with an offset becomes the same blur with upper-left decimation (exact, circular); a mirrored blur its
+    circular twin; a stack of resizers and blurs one blur with a kernel per sample."""
+    kernel = np.random.default_rng(3).random((5, 4))
+    x = torch.rand(3, 1, 24, 24, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    shifted = BlurDownsample(3, kernel, offset=2)
+    torch.testing.assert_close(shifted.circular_blur()(x), shifted(x), rtol=0, atol=1e-13)
+    plain = BlurDownsample(3, kernel)
+    assert plain.circular_blur() is plain
+    mirrored = ReflectBlurDownsample(3, kernel, offset=1)
+    torch.testing.assert_close(mirrored.circular_blur()(x)[..., 2:-2, 2:-2], mirrored(x)[..., 2:-2, 2:-2], rtol=0,
+                               atol=1e-13)
+    stack = StackedOperator([build_degradation('pil-bicubic', 3), shifted, build_degradation('cv2-area', 3)])
+    joint = stack.circular_blur()
+    assert joint.kernel.shape == (3, 13, 13)
+    for i, op in enumerate(stack.operators):
+        torch.testing.assert_close(joint(x)[i:i + 1], op.circular_blur()(x[i:i + 1]), rtol=0, atol=1e-13)

@@ -68,19 +68,18 @@ def is_non_blind(net):
 def non_blind_forward(net, lr, operator, noise_sigma=None):
     """A non-blind ``net`` on LR ``lr`` (N, C, h, w) measured by ``operator`` with noise of std ``noise_sigma`` (None:
     none; a float or an (N,) tensor): told the operator itself where it takes one, else the operator's blur kernel
-    (an (1 or N, 1, kh, kw) tensor) and its scale; and the noise. A kernel-taking ``net`` and an operator without a
-    kernel, or whose decimation does not keep the upper-left pixel: ValueError. ``net`` may be wrapped in
-    (Distributed)DataParallel."""
+    (an (1 or N, 1, kh, kw) tensor) of its ``circular_blur`` (upper-left decimation: the operator itself for a
+    blur with offset 0; for a resizer or a blur with another offset or boundary, the circular blur equal to it away
+    from the borders) and its scale; and the noise. A kernel-taking ``net`` and an operator without one: ValueError.
+    ``net`` may be wrapped in (Distributed)DataParallel."""
     sigma = 0.0 if noise_sigma is None else noise_sigma
     kind = type(getattr(net, 'module', net))
     if getattr(kind, 'takes_operator', False):
         return net(lr, operator, sigma)
-    kernel = getattr(operator, 'kernel', None)
-    if kernel is None or getattr(operator, 'offset', 0) != 0:
+    if not hasattr(operator, 'circular_blur'):
         raise ValueError(f'{kind.__name__} is non-blind (told the blur kernel of upper-left decimation); the '
-                         f'operator {operator!r} has {"no kernel" if kernel is None else "an offset"}: give '
-                         "{type: blur, kernel: ...} with offset 0.")
-    kernel = torch.from_numpy(np.array(kernel, dtype=np.float32)).to(lr.device)
+                         f'operator {operator!r} has no such kernel: give a blur, a resizer or a stack of them.')
+    kernel = torch.from_numpy(np.array(operator.circular_blur().kernel, dtype=np.float32)).to(lr.device)
     return net(lr, kernel.reshape(-1, 1, *kernel.shape[-2:]), operator.scale, sigma)
 
 

@@ -67,14 +67,15 @@ class ProtocolSRModel(SRModel):
         """``{operator, noise_sigma}`` of a batch whose samples say how their LR was made; {} for the others."""
         out = {}
         scale = self.opt['scale']
-        if 'kernel' in data:
+        names = list(data.get('degradation', [])) or None  # a mix names '' for its blurred samples
+        if 'kernel' in data and not any(names or ()):
             out['operator'] = build_operator({'type': 'blur', 'scale': scale, 'kernel': data['kernel'].double()})
-        elif 'degradation' in data:
-            names = list(data['degradation'])
+        elif names:
             cache = self.__dict__.setdefault('_degradations', {})
-            for n in set(names) - set(cache):
+            for n in set(names) - set(cache) - {''}:
                 cache[n] = build_degradation(n, scale)
-            ops = [cache[n] for n in names]
+            ops = [cache[n] if n else build_operator({'type': 'blur', 'scale': scale, 'kernel': k.double()})
+                   for n, k in zip(names, data['kernel'] if '' in names else names)]
             out['operator'] = ops[0] if len(set(names)) == 1 else StackedOperator(ops)
         sigma = data.get('noise_sigma')
         if sigma is not None and bool((sigma > 0).any()):

@@ -47,7 +47,7 @@ from .kernels import check_kernel, load_kernel
 from .registry import OPERATOR_REGISTRY
 from .secular import coefficients_and_inside
 
-__all__ = ['BlurDownsample', 'DEFAULT_FLOOR', 'ReflectBlurDownsample', 'reflect_pad']
+__all__ = ['BlurDownsample', 'DEFAULT_FLOOR', 'ReflectBlurDownsample', 'pad_kernel', 'reflect_pad']
 
 #: relative floor on the aliased power spectrum ``d`` below which components count as outside the range of A
 DEFAULT_FLOOR = 1e-12
@@ -79,6 +79,17 @@ def _axis_taps(size, origin, scale, lr_length):
         members = np.flatnonzero(phase == p)
         taps[p, :len(members)], lags[p, :len(members)] = members, lag[members]
     return taps, lags
+
+
+def pad_kernel(kernel, size):
+    """``kernel`` (kh, kw) zero-padded to ``size`` x ``size`` with its origin (index ``shape // 2``) moved to
+    ``size // 2``: the same blur. ValueError if it does not fit."""
+    kh, kw = kernel.shape
+    before = (size // 2 - kh // 2, size // 2 - kw // 2)
+    after = (size - kh - before[0], size - kw - before[1])
+    if min(before + after) < 0:
+        raise ValueError(f'a {kh} x {kw} kernel does not fit a {size} x {size} one with its origin at the centre')
+    return np.pad(kernel, ((before[0], after[0]), (before[1], after[1])))
 
 
 @OPERATOR_REGISTRY.register('blur')
@@ -137,6 +148,15 @@ class BlurDownsample(DownsampleOperator):
         if not self.per_sample:
             return self
         return BlurDownsample(self.scale, np.repeat(self.kernel, repeats, axis=0), self.offset, self.floor)
+
+    def circular_blur(self):
+        """This operator with offset 0: itself, or for an offset ``o`` the kernel padded by ``2 o`` rows and columns
+        after it (the kept pixel of each block then sees it where pixel ``(o, o)`` did): the form a network told a
+        blur kernel and upper-left decimation takes (USRNet, FFDNetUnfolded)."""
+        if self.offset == 0:
+            return self
+        pad = [(0, 0)] * (self.kernel.ndim - 2) + [(0, 2 * self.offset)] * 2
+        return BlurDownsample(self.scale, np.pad(self.kernel, pad), 0, self.floor)
 
     # ------------------------------------------------------------------ spectra
     def _stack(self):
@@ -402,6 +422,11 @@ class ReflectBlurDownsample:
     def residual_norm(self, x, b):
         """Per-sample ``||A x - b||_2``: shape (N,)."""
         return (self.forward(x) - b).flatten(1).norm(dim=1)
+
+    def circular_blur(self):
+        """The circular operator of the same kernel, offset 0 (:meth:`BlurDownsample.circular_blur`): equal to this
+        one away from the borders."""
+        return self.circular.circular_blur()
 
     @property
     def lr_padding(self):

@@ -335,6 +335,37 @@ class SeparableDownsample(DownsampleOperator):
             raise ValueError(f'{type(self).__name__}.axis_matrix({length}) returned {matrix.ndim} dims, expected 2')
         return AxisMatrix.from_dense(matrix)
 
+    def circular_blur(self, probe=16):
+        """The :class:`~mcnet_basicsr.ops.BlurDownsample` (circular boundary, offset 0) equal to this operator away
+        from the image borders, where every row of the axis matrix holds the same taps ``g`` shifted by the scale:
+        the kernel ``g g^T``, placed so that the pixel each block keeps sees the taps where this operator does. A
+        network told a blur kernel and upper-left decimation (USRNet, FFDNetUnfolded) is told this one for a
+        resizer; within a few pixels of the borders the two operators differ.
+
+        Args:
+            probe (int): LR rows on each side of the row read (the taps must fit in ``probe * scale`` pixels).
+                Default: 16.
+
+        Returns:
+            BlurDownsample: its kernel (2c + 1, 2c + 1), ``c`` the taps' largest distance from ``scale * i``.
+        """
+        from .blur import BlurDownsample  # blur.py does not import this module; imported here to keep ops' order
+        s = self.scale
+        matrix = np.asarray(self.axis_matrix(2 * probe * s), dtype=np.float64)
+        taps = []
+        for i in (probe - 1, probe):  # two interior rows: the taps and their offsets must agree
+            cols = np.flatnonzero(np.abs(matrix[i]) > 1e-12 * np.abs(matrix[i]).max())
+            taps.append((cols - s * i, matrix[i, cols]))
+        if not (np.array_equal(taps[0][0], taps[1][0]) and np.allclose(taps[0][1], taps[1][1], rtol=0, atol=1e-12)):
+            raise ValueError(f'{self!r} is not shift-invariant in the interior: no blur kernel equals it there')
+        lags, values = taps[1]
+        c = int(np.abs(lags).max())
+        if c >= probe * s:
+            raise ValueError(f'{self!r} has taps wider than probe={probe} LR pixels; pass a larger probe')
+        g = np.zeros(2 * c + 1)
+        g[c - lags] = values  # BlurDownsample convolves: tap at HR lag r sits at kernel index c - r
+        return BlurDownsample(s, np.outer(g, g))
+
     # ------------------------------------------------------------------ cached matrices
     def _axis_float64(self, length):
         """The host entry of one axis length: ``sparse`` (the float64 nonzeros of M), plus the factors added by

@@ -68,6 +68,19 @@ class StackedOperator:
     def repeat_samples(self, repeats):
         return StackedOperator([op for op in self.operators for _ in range(repeats)])
 
+    def circular_blur(self):
+        """One :class:`~mcnet_basicsr.ops.BlurDownsample` with a kernel per sample, each sample's operator's
+        ``circular_blur`` (equal to it away from the borders), padded to a common size with its origin kept."""
+        import numpy as np
+
+        from .blur import BlurDownsample, pad_kernel
+        kernels = []
+        for op in self.operators:
+            kernel = op.circular_blur().kernel
+            kernels += list(kernel) if kernel.ndim == 3 else [kernel]
+        size = max(max(k.shape) for k in kernels) | 1  # odd
+        return BlurDownsample(self.scale, np.stack([pad_kernel(k, size) for k in kernels]))
+
     def __repr__(self):
         return f'StackedOperator({list(self.operators)!r})'
 
