@@ -74,8 +74,8 @@ class ProtocolSRModel(SRModel):
             cache = self.__dict__.setdefault('_degradations', {})
             for n in set(names) - set(cache) - {''}:
                 cache[n] = build_degradation(n, scale)
-            ops = [cache[n] if n else build_operator({'type': 'blur', 'scale': scale, 'kernel': k.double()})
-                   for n, k in zip(names, data['kernel'] if '' in names else names)]
+            ops = [cache[n] if n else build_operator({'type': 'blur', 'scale': scale, 'kernel': kernel.double()})
+                   for n, kernel in zip(names, data['kernel'] if 'kernel' in data else [None] * len(names))]
             out['operator'] = ops[0] if len(set(names)) == 1 else StackedOperator(ops)
         sigma = data.get('noise_sigma')
         if sigma is not None and bool((sigma > 0).any()):

@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from .base import DownsampleOperator
+from .blur import BlurDownsample
 from .matrices import AxisMatrix
 from .secular import projection_coefficients, solve_secular_equation
 
@@ -349,7 +350,6 @@ class SeparableDownsample(DownsampleOperator):
         Returns:
             BlurDownsample: its kernel (2c + 1, 2c + 1), ``c`` the taps' largest distance from ``scale * i``.
         """
-        from .blur import BlurDownsample  # blur.py does not import this module; imported here to keep ops' order
         s = self.scale
         matrix = np.asarray(self.axis_matrix(2 * probe * s), dtype=np.float64)
         taps = []

@@ -8,7 +8,10 @@
   independent problem per channel, each ``||A x_c - b_c|| <= eps``.
 * :func:`fold_channels` / :func:`unfold_channels`: that reshaping and its inverse.
 """
+import numpy as np
 import torch
+
+from .blur import BlurDownsample, pad_kernel
 
 __all__ = ['StackedOperator', 'repeat_samples', 'fold_channels', 'unfold_channels']
 
@@ -71,9 +74,6 @@ class StackedOperator:
     def circular_blur(self):
         """One :class:`~mcnet_basicsr.ops.BlurDownsample` with a kernel per sample, each sample's operator's
         ``circular_blur`` (equal to it away from the borders), padded to a common size with its origin kept."""
-        import numpy as np
-
-        from .blur import BlurDownsample, pad_kernel
         kernels = []
         for op in self.operators:
             kernel = op.circular_blur().kernel
