@@ -33,3 +33,17 @@ def test_tolerance_table_is_its_records():
                 text += f' ({sum(cell["iterations"]) / len(cell["iterations"]):.1f})'
             expected.append(text)
         assert values == expected, label
+
+
+def test_set14_tolerance_table_is_its_records():
+    """docs/kernel_priors.md's Set14 tolerance table: each cell is the record's Set14 mean to three decimals with its
+    mean iterations, at the tolerance its label names."""
+    rows = _table_after(_prior_pages_lines(), '| Set14, 1 family kernel, by tolerance | x2 | x3, 7.65 | x4 |')
+    assert [label for label, _ in rows] == [f'`mcnet_ffdnet_unfolded16`, tol {t}' for t in ('1e-4', '1e-3')]
+    for label, values in rows:
+        tol = label.rsplit(' ', 1)[1]
+        record = json.loads((RECORDS / f'prior_study_set14_rows_unfolded16_tol{tol}_cpu.json').read_text())
+        assert record['solver']['tol'] == float(tol)
+        cells = [record['results']['mcnet_ffdnet_unfolded16'][f] for f in ('x2', 'x3_n7.65', 'x4')]
+        mean = lambda v: sum(v) / len(v)  # noqa: E731
+        assert values == [f'{mean(c["psnr"]):.3f} ({mean(c["iterations"]):.1f})' for c in cells], label
