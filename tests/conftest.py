@@ -129,12 +129,15 @@ def shared_path(*parts):
 
 
 def resizer_table_records():
-    """Every Table R cell of ``benchmarks/records/resizer_table_*.json`` as recorded, ``row|x<s>|resizer|set`` -> its
-    dict (``psnr``, ``per_image``, ...)."""
+    """Every Table R cell of the shipped weights in ``benchmarks/records/resizer_table_*.json`` as recorded,
+    ``row|x<s>|resizer|set`` -> its dict (``psnr``, ``per_image``, ...). A record whose ``weights`` note ends in 'not
+    shipped' holds cells of other weights under the shipped rows' names (a run in training) and is left out."""
     import json
     cells = {}
-    for path in (REPO_ROOT / 'benchmarks' / 'records').glob('resizer_table_*.json'):
-        cells.update(json.loads(path.read_text())['cells'])
+    for path in sorted((REPO_ROOT / 'benchmarks' / 'records').glob('resizer_table_*.json')):
+        record = json.loads(path.read_text())
+        if not record.get('weights', '').endswith('not shipped'):
+            cells.update(record['cells'])
     return cells
 
 
