@@ -58,13 +58,14 @@ def trace(net, lr, gt, operator, args):
 
     w, cbcr = net.backbone_estimate(lr, operator=operator)
     w, b, op, _ = net.measured_problem(w, cbcr, lr, operator)
-    f, z, eps = net.fixed_point_problem(w, b.to(w.dtype), operator=op)
+    b = b.to(w.dtype)
+    f, z, eps = net.fixed_point_problem(w, b, operator=op)
     beta, level = net.solve_weights(w, op, None)
     out = {'anchor': psnr(w), 'projected': psnr(z[:, :c]), 'admm': {}, 'hqs': {}}
     x = z[:, :c]
     for k in range(1, args.iters + 1):
         fz = f(z)
-        xh = op.project((beta * w + net.rho * net.denoise(x, None, level)) / (beta + net.rho), b.to(w.dtype), eps)
+        xh = op.project((beta * w + net.rho * net.denoise(x, None, level)) / (beta + net.rho), b, eps)
         if k == 1 or k % args.every == 0:
             lam = fz[:, c:]
             out['admm'][k] = {'psnr': psnr(fz[:, :c]), 'lam': float(lam.norm() / fz[:, :c].norm()),
