@@ -77,9 +77,10 @@ def luma(x):
 
 
 # ------------------------------------------------------------------------------------------ gradients
-def test_implicit_gradient_matches_finite_differences_and_unrolled(backbone_ckpt, monkeypatch):
+@pytest.mark.parametrize('dual', ['full', 'null_space'])
+def test_implicit_gradient_matches_finite_differences_and_unrolled(backbone_ckpt, monkeypatch, dual):
     # beta = 0.1 keeps plain iteration fast enough (~200 steps to 1e-12) to unroll it with autograd
-    net = make_net(backbone_ckpt, beta=0.1, settings={'solver': {'forward': {'tol': 1e-14, 'max_iter': 1000},
+    net = make_net(backbone_ckpt, beta=0.1, dual=dual, settings={'solver': {'forward': {'tol': 1e-14, 'max_iter': 1000},
                                                                  'backward': {'tol': 1e-11, 'max_iter': 1000}}})
     net = net.to(DT).eval()
     freeze_spectral_norm(net, monkeypatch)
@@ -322,6 +323,7 @@ def test_solver_settings_change_iterations_not_weights(backbone_ckpt, rgb_batch,
     ({'settings': {'solver': {'fwd': {'tol': 1e-3}}}}, 'fwd'),
     ({'settings': {'solver': {'forward': {'solver': 'newton'}}}}, 'newton'),
     ({'settings': {'tiles': 8}}, 'tiles'),
+    ({'dual': 'nullspace'}, "dual must be one of ('full', 'null_space'), got 'nullspace'"),
 ])
 def test_bad_options_raise_value_error(backbone_ckpt, kwargs, needle):
     with pytest.raises(ValueError) as ei:

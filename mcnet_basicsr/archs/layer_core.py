@@ -8,7 +8,8 @@ denoiser ``R`` and a weight ``beta`` of the estimate ``w``::
 
     u = R(x + lam);  x+ = P_S[(beta w + rho (u - lam)) / (beta + rho)];  lam+ = lam + x+ - u
 
-A prior told its level (``R(x, level)``) is given one; a colour prior denoises R, G and B together while each
+or, with the dual kept in the null space of A (``dual = 'null_space'``), ``lam+ = P_N(lam + x+ - u)``. A prior told
+its level (``R(x, level)``) is given one; a colour prior denoises R, G and B together while each
 channel keeps its own ball (:class:`ChannelBalls`).
 """
 import torch
@@ -19,6 +20,8 @@ from mcnet_basicsr.utils.color import luma, ycbcr_to_rgb
 from mcnet_basicsr.utils.tiling import apply_tiled, denoiser_tile_overlap, needs_tiling
 
 CHANNELS = ('y', 'rgb')
+# where the ADMM dual lives: everywhere (the paper's map), or in the null space of A (ADMMLayer.dual)
+DUALS = ('full', 'null_space')
 # norm of the Y row of BT.601 (rgb_to_ycbcr): Gaussian noise of std sigma on each of R, G, B is noise of std
 # sigma * LUMA_NOISE on Y
 LUMA_NOISE = ((65.481**2 + 128.553**2 + 24.966**2)**0.5) / 255.0
@@ -187,9 +190,32 @@ class ConsistentLayer(nn.Module):
         return ycbcr_to_rgb(torch.cat([x, cbcr], dim=1))
 
 
+def check_dual(dual):
+    """``dual`` if it is one of :data:`DUALS`, else ValueError."""
+    if dual not in DUALS:
+        raise ValueError(f'dual must be one of {DUALS}, got {dual!r}.')
+    return dual
+
+
 class ADMMLayer(ConsistentLayer):
     """A :class:`ConsistentLayer` iterating the plug-and-play ADMM map (see the module) with ``self.denoiser`` and
-    ``self.beta`` (set by the subclass)."""
+    ``self.beta`` (set by the subclass) and its dual in the space ``self.dual`` names.
+
+    ``dual = 'null_space'`` keeps ``lam`` in the null space of A, ``P_N v`` being the projection of ``v`` onto
+    ``{x : A x = 0}``. The part of ``lam`` that A sees changes no ``x+`` when eps = 0 (``P_S`` removes it); it only
+    shifts the denoiser's input until ``R(x + lam)`` agrees with ``x`` there too. A denoiser that removes a measured
+    component of every input keeps it growing, and the iterates drift with it (un-antialiased resizers with our
+    FFDNet: docs/degradations.md). With the dual in the null space the fixed point is (eps = 0)
+    ``x = x_b + P_N R(x + (beta / rho) P_N (w - x))``, ``x_b`` the least-norm solution of ``A x = b``: the prior
+    decides what A does not see, the measurement what it sees (the split of null-space networks, Schwab et al.,
+    Inverse Problems 2019).
+
+    Args: those of :class:`ConsistentLayer`, and ``dual`` (str): 'full' or 'null_space'. Default: 'full'.
+    """
+
+    def __init__(self, operator, channels='y', eps=None, eps_rms=None, rho=1.0, dual='full'):
+        super().__init__(operator, channels, eps, eps_rms, rho)
+        self.dual = check_dual(dual)
 
     def denoise(self, x, tile=None, level=None):
         """The denoiser on ``x`` (HR), told ``level`` where not None (a prior told its level), on tiles of ``tile`` LR
@@ -209,12 +235,16 @@ class ADMMLayer(ConsistentLayer):
         told its level; None for one that is not)."""
         beta, rho, c = self.beta if beta is None else beta, self.rho, w.shape[1]
         project = self.measurement_operator(operator).project
+        unmeasured = torch.zeros_like(b) if self.dual == 'null_space' else None  # P_N v = project(v, 0, 0)
 
         def f(z):
             x, lam = z[:, :c], z[:, c:]
             u = self.denoise(x + lam, tile, level)
             x_new = project((beta * w + rho * (u - lam)) / (beta + rho), b, eps)
-            return torch.cat([x_new, lam + x_new - u], dim=1)
+            lam_new = lam + x_new - u
+            if unmeasured is not None:
+                lam_new = project(lam_new, unmeasured, 0.0)
+            return torch.cat([x_new, lam_new], dim=1)
 
         # eps > 0: the projection finds its multiplier with host-side Newton steps, which a CUDA
         # graph cannot capture; eps = 0 (a python 0) is pure device work.

@@ -31,11 +31,10 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, SolveWeigh
 
         u = R(x + lam);  x+ = P_S[(beta w + rho (u - lam)) / (beta + rho)];  lam+ = lam + x+ - u
 
-    started from ``x0 = P_S(w)``, ``lam0 = 0``. The output ``x*`` comes from one final
-    application of the map, so it ends with the exact projection ``P_S``: ``||A x* - b|| <= eps``
-    holds up to rounding whatever the solver did. Forward solve: Anderson without graph; backward:
-    implicit function theorem (``mcnet_basicsr.deq``). Learned: the denoiser and ``beta > 0``
-    (stored as ``log_beta``).
+    (``dual: null_space``: ``lam+ = P_N(lam + x+ - u)``) from ``x0 = P_S(w)``, ``lam0 = 0``. The output ``x*`` comes
+    from one final application of the map, so it ends with the exact projection ``P_S``: ``||A x* - b|| <= eps`` holds
+    up to rounding whatever the solver did. Forward solve: Anderson without graph; backward: implicit function theorem
+    (``mcnet_basicsr.deq``). Learned: the denoiser and ``beta > 0`` (stored as ``log_beta``).
 
     RGB input, ``channels: y`` (the paper's): the layer works on Y (BT.601, as BasicSR's metrics), Cb/Cr come from
     the backbone (RGB backbones) or from the MATLAB-bicubic-upsampled LR (Y backbones such as SRCNN). ``channels:
@@ -75,6 +74,7 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, SolveWeigh
         eps_rms (float | None): The same per LR pixel: ``eps = eps_rms * sqrt(#LR pixels)``.
             Give at most one of ``eps``/``eps_rms``; neither means exact consistency (eps = 0).
         rho (float): ADMM penalty, > 0. Default: 1.0.
+        dual (str): 'full' (default) or 'null_space' (a map with its own fixed point; :class:`~.layer_core.ADMMLayer`).
         beta (float | dict | BetaOptions | None): The initial beta, or ``{init, learn, noise, slope}``
             (:class:`~mcnet_basicsr.archs.layer_options.BetaOptions`: 0.01, learned, independent of noise). Default:
             None (the defaults).
@@ -111,8 +111,9 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, SolveWeigh
                  denoiser=None,
                  start=None,
                  hyper=None,
-                 settings=None):
-        super().__init__(operator, channels, eps, eps_rms, rho)
+                 settings=None,
+                 dual='full'):
+        super().__init__(operator, channels, eps, eps_rms, rho, dual)
         beta = BetaOptions.from_options(beta)
         denoiser = DenoiserOptions.from_options('denoiser', denoiser)
         start = None if start is None else StartOptions.from_options(start)
@@ -138,7 +139,7 @@ class MCNetArch(SettingsMixin, FrozenBackboneMixin, LayerRecordMixin, SolveWeigh
 
     def extra_repr(self):
         return (f'scale={self.scale}, operator={self.operator!r}, channels={self.channels!r}, '
-                f'{eps_repr(self.eps, self.eps_rms)}, rho={self.rho}, '
+                f'{eps_repr(self.eps, self.eps_rms)}, rho={self.rho}, dual={self.dual!r}, '
                 f'backbone={type(self.backbone).__name__} (frozen, not in state_dict)')
 
     def backbone_estimate(self, lr, settings=None, operator=None, noise_sigma=None):
