@@ -1,10 +1,10 @@
-"""docs/kernel_priors.md's tolerance table (benchmarks/prior_study.py --rows --tol) against the records it comes
-from."""
+"""docs/kernel_tolerance.md's tables (benchmarks/prior_study.py --rows --tol; scripts/kernel_table.py --tol 1e-3)
+against the records they come from."""
 import json
 
 from test_docs_tables import PRIOR_FAMILIES, RECORDS, _prior_pages_lines, _table_after
 
-# docs/kernel_priors.md's tolerance table: row label -> (record, row of the record)
+# docs/kernel_tolerance.md's Set5 table: row label -> (record, row of the record)
 TOLERANCE_ROWS = {'USRNet-tiny alone': ('prior_study_set5_rows_usrnet_tol1e-4_cpu.json', 'usrnet_tiny')}
 TOLERANCE_ROWS.update({f'`mcnet_usrnet_tiny`, tol {t}': (f'prior_study_set5_rows_usrnet_tol{t}_cpu.json',
                                                          'mcnet_usrnet_tiny') for t in ('1e-4', '3e-4', '1e-3')})
@@ -24,7 +24,7 @@ def _cell_text(cell):
 
 
 def test_tolerance_table_is_its_records():
-    """Each cell of docs/kernel_priors.md's tolerance table is its row's Set5 mean to three decimals and, for a layer,
+    """Each cell of docs/kernel_tolerance.md's Set5 table is its row's Set5 mean to three decimals and, for a layer,
     its mean iterations in brackets; each record's solver tolerance is the one its label names."""
     rows = _table_after(_prior_pages_lines(),
                         '| Set5, 2 family kernels, by tolerance | x2 | x3 | x3, 2.55 | x3, 7.65 | x4 |')
@@ -38,7 +38,7 @@ def test_tolerance_table_is_its_records():
 
 
 def test_set14_tolerance_table_is_its_records():
-    """docs/kernel_priors.md's Set14 tolerance table: each cell is the record's Set14 mean to three decimals with its
+    """docs/kernel_tolerance.md's Set14 table: each cell is the record's Set14 mean to three decimals with its
     mean iterations, at the tolerance its label names."""
     rows = _table_after(_prior_pages_lines(), '| Set14, 1 family kernel, by tolerance | x2 | x3, 7.65 | x4 |')
     assert [label for label, _ in rows] == [f'`mcnet_ffdnet_unfolded16`, tol {t}' for t in ('1e-4', '1e-3')]
@@ -48,3 +48,36 @@ def test_set14_tolerance_table_is_its_records():
         assert record['solver']['tol'] == float(tol)
         cells = [record['results']['mcnet_ffdnet_unfolded16'][f] for f in ('x2', 'x3_n7.65', 'x4')]
         assert all('iterations' in c for c in cells) and values == [_cell_text(c) for c in cells], label
+
+
+def test_table_k_tolerance_table_is_its_records():
+    """docs/kernel_tolerance.md's Table K at 1e-3: the means of the cells each family holds in the 1e-3 record (both
+    rows), the layer's lowest / highest cell over USRNet-tiny, the mean iterations at 1e-3 and in the 1e-4 records,
+    and the milliseconds per image (68 images a cell)."""
+    fast = json.loads((RECORDS / 'kernel_table_mcnet_usrnet_tiny_tol1e-3_h100.json').read_text())
+    assert fast['mcnet_solver']['tol'] == 1e-3
+    slow = {}
+    for name in ('kernel_table_mcnet_usrnet_tiny_h100.json', 'kernel_table_mcnet_usrnet_tiny_noisy_h100.json'):
+        slow.update(json.loads((RECORDS / name).read_text())['cells'])
+    rows = dict(_table_after(_prior_pages_lines(),
+                             '| Table K at 1e-3, row means (CBSD68) | x2 | x3 | x3, 2.55 (k1-k6) | x4 |'))
+    expected = {key: [] for key in rows}
+    for family in ('x2', 'x3', 'x3_n2.55', 'x4'):
+        kernels = [k for k in range(1, 13) if f'mcnet_usrnet_tiny|{family}|k{k}' in fast['cells']]
+        assert kernels == list(range(1, 13 if family != 'x3_n2.55' else 7)), family
+        cells = {row: [fast['cells'][f'{row}|{family}|k{k}'] for k in kernels] for row in ('usrnet_tiny',
+                                                                                           'mcnet_usrnet_tiny')}
+        before = [slow[f'mcnet_usrnet_tiny|{family}|k{k}'] for k in kernels]
+
+        def mean(cs, key='psnr'):
+            return sum(c[key] for c in cs) / len(cs)
+
+        diffs = [m['psnr'] - u['psnr'] for u, m in zip(cells['usrnet_tiny'], cells['mcnet_usrnet_tiny'])]
+        expected['USRNet-tiny alone'].append(f"{mean(cells['usrnet_tiny']):.3f}")
+        expected['`mcnet_usrnet_tiny`, tol 1e-3'].append(f"{mean(cells['mcnet_usrnet_tiny']):.3f}")
+        expected["the layer's lowest / highest cell difference"].append(f'{min(diffs):+.3f} / {max(diffs):+.3f}')
+        expected['mean iterations, tol 1e-3 / 1e-4'].append(
+            f"{mean(cells['mcnet_usrnet_tiny'], 'iterations'):.1f} / {mean(before, 'iterations'):.1f}")
+        expected['ms per image, USRNet-tiny / the layer'].append(' / '.join(
+            f'{1000 * mean(cells[row], "seconds") / 68:.1f}' for row in ('usrnet_tiny', 'mcnet_usrnet_tiny')))
+    assert rows == expected
