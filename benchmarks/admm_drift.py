@@ -1,7 +1,9 @@
 """Lab: does the default kernel layer's PnP-ADMM reach a fixed point, told a resizer or a blur kernel?
 
-The layer of ``mcnet-sr --kernel`` (``ffdnet_unfolded16``: the untrained colour layer around the unfolded anchor) is
-built as its card gives it, its anchor optionally replaced (``--anchor``, e.g. a stage-3 EMA file), and told each
+The layer of ``mcnet-sr --kernel`` (``ffdnet_unfolded16``: the untrained colour layer around the unfolded anchor,
+``options/test_mcnet_ffdnet_unfolded16_x<s>.yml``) or another option-file row (``--row``, e.g.
+``mcnet_ffdnet_unfolded16_resizers``: the same layer with its dual in the null space of A) is built as its file gives
+it, its anchor optionally replaced (``--anchor``, e.g. a stage-3 EMA file), and told each
 Set5 image's operator: a resizer (``--degradation``, LR = the exact operator rounded to uint8) or an anisotropic
 Gaussian kernel (``--gaussian``, circular blur and decimation, uint8). From the solver's start ``(P_S(w), 0)`` the
 ADMM map is iterated plainly (no Anderson, no stop) and every ``--every`` iterations the record takes the PSNR of x
@@ -29,7 +31,9 @@ def parse_args(argv):
     how.add_argument('--degradation', help='resizer that makes the LR (mcnet_basicsr.ops.DEGRADATIONS)')
     how.add_argument('--gaussian', type=float, nargs=3, metavar=('SIGMA1', 'SIGMA2', 'THETA'),
                      help='anisotropic Gaussian kernel (15 x 15) that makes the LR')
-    p.add_argument('--anchor', help='anchor weights instead of the shipped ffdnet_unfolded16_x<s>.pth')
+    p.add_argument('--row', default='mcnet_ffdnet_unfolded16',
+                   help='options/test_<row>_x<s>.yml (default: %(default)s)')
+    p.add_argument('--anchor', help="anchor weights instead of the row's")
     p.add_argument('--images', nargs='+', help='Set5 file stems (default: all five)')
     p.add_argument('--iters', type=int, default=300)
     p.add_argument('--every', type=int, default=25)
@@ -78,11 +82,12 @@ def trace(net, lr, gt, operator, args):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from mcnet_basicsr.data.degradations import degraded_lr_uint8
+    from mcnet_basicsr.evaluation.kernel_table import build_row
     from mcnet_basicsr.utils.images import list_images, mod_crop, read_hr
-    from mcnet_basicsr.zoo.pretrained import build_pretrained_mcnet, default_eps_rms
     torch.set_grad_enabled(False)
-    net = build_pretrained_mcnet(args.scale, backbone='ffdnet_unfolded16', family='kernels',
-                                 eps_rms=default_eps_rms('ffdnet_unfolded16'), backbone_path=args.anchor)
+    net, _ = build_row(args.row, args.scale, torch.device('cpu'), 1e-4, 100, backbone_path=args.anchor)
+    if net is None:
+        raise SystemExit(f'No options/test_{args.row}_x{args.scale}.yml or no weights it names.')
     operator = build_operator(args)
     paths = [p for p in list_images(osp.join(args.data, 'Set5', 'HR'))
              if not args.images or osp.splitext(osp.basename(p))[0] in args.images]
@@ -100,6 +105,7 @@ def main(argv=None):
     made = args.degradation or 'circular Gaussian blur {} {} {} and decimation'.format(*args.gaussian)
     record = {'protocol': f'Set5 x{args.scale}, LR made by {made} (uint8); Y-PSNR (uint8, crop s) of x after k '
                           'plain iterations of the ADMM map from (P_S(w), 0), and of the HQS map from P_S(w)',
+              'row': args.row, 'dual': net.dual,
               'anchor': args.anchor or f'shipped ffdnet_unfolded16_x{args.scale}.pth',
               'device': device_name(torch.device('cpu')), 'results': results}
     with open(args.out, 'w') as f:

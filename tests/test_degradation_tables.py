@@ -68,6 +68,27 @@ def test_kernel_table_cell_is_the_protocols_psnr_and_renders(data, monkeypatch, 
         build_row('mcnet_srcnn', 2, torch.device('cpu'), 1e-4, 5, tf32=True)
 
 
+def test_a_row_takes_another_backbone_file(tmp_path, monkeypatch):
+    """``build_row(..., backbone_path=...)``: an MCNet row's layer around another checkpoint of its backbone (an anchor
+    in training), everything else as its option file says; a row that is no MCNet layer refuses it."""
+    from mcnet_basicsr.evaluation.kernel_table import build_row
+    monkeypatch.chdir(REPO_ROOT)
+    shipped = torch.load('mcnet_basicsr/weights/ffdnet_unfolded16_x2.pth', map_location='cpu')['params']
+    other = {k: v * 0.5 if v.is_floating_point() else v for k, v in shipped.items()}
+    torch.save({'params': other}, tmp_path / 'anchor.pth')
+    net, consistent = build_row('mcnet_ffdnet_unfolded16', 2, torch.device('cpu'), 1e-4, 5,
+                                backbone_path=str(tmp_path / 'anchor.pth'))
+    base, _ = build_row('mcnet_ffdnet_unfolded16', 2, torch.device('cpu'), 1e-4, 5)
+    assert consistent
+    loaded, before = net.backbone.state_dict(), base.backbone.state_dict()
+    assert loaded.keys() == other.keys()
+    assert all(torch.equal(loaded[k], other[k].to(loaded[k].dtype)) for k in other)
+    assert not all(torch.equal(loaded[k], before[k]) for k in loaded)  # not the file the option names
+    assert all(torch.equal(v, base.denoiser.state_dict()[k]) for k, v in net.denoiser.state_dict().items())
+    with pytest.raises(ValueError, match='backbone_path is for MCNet layers'):
+        build_row('ffdnet_unfolded16', 2, torch.device('cpu'), 1e-4, 5, backbone_path=str(tmp_path / 'anchor.pth'))
+
+
 def test_solve_summary_counts_an_image_converged_only_if_each_channel_is():
     """A cell's solve statistics over batches of images (their R, G, B the samples): images whose every channel
     reached the tolerance, the largest residual of any sample, iterations averaged per image then over images."""

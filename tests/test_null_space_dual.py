@@ -5,6 +5,8 @@ it (the shipped anchor and prior, told OpenCV's cubic resizer at x2, which does 
 keeps growing while the null-space map converges. Its implicit gradient is checked with the full dual's in
 ``test_mcnet_arch.py``.
 """
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -152,3 +154,24 @@ def test_on_an_unantialiased_resizer_the_full_dual_grows_and_the_null_space_one_
     # the null-space dual: a fixed point to float32 rounding
     assert trace['null_space', 40][1] < 1e-5, trace['null_space', 40]
     assert abs(trace['null_space', 60][0] - trace['null_space', 40][0]) < 1e-4
+
+
+@pytest.mark.parametrize('row, dual', [('mcnet_ffdnet_unfolded16', 'full'),
+                                       ('mcnet_ffdnet_unfolded16_resizers', 'null_space')])
+def test_the_drift_lab_traces_the_row_it_is_given(tmp_path, monkeypatch, row, dual):
+    """benchmarks/admm_drift.py on one photo: the record names the row and its dual, and its trace is that map's (the
+    null-space dual's step falls tenfold within 8 iterations, the full dual's does not)."""
+    import cv2
+
+    import admm_drift  # the lab's (benchmarks/ is on the tests' sys.path)
+    monkeypatch.chdir(REPO_ROOT)
+    (tmp_path / 'Set5' / 'HR').mkdir(parents=True)
+    cv2.imwrite(str(tmp_path / 'Set5' / 'HR' / 'head.png'), sample_photo('astronaut', 96)[:, :, ::-1])
+    out = tmp_path / 'drift.json'
+    admm_drift.main(['--scale', '2', '--degradation', 'cv2-cubic', '--row', row, '--iters', '8', '--every', '8',
+                     '--data', str(tmp_path), '--out', str(out)])
+    record = json.loads(out.read_text())
+    assert (record['row'], record['dual']) == (row, dual)
+    trace = record['results']['head.png']['admm']
+    assert set(trace) == {'1', '8'}
+    assert (trace['8']['step'] < 0.1 * trace['1']['step']) == (dual == 'null_space'), trace

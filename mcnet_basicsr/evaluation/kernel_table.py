@@ -20,12 +20,13 @@ FAMILIES = {'x2': (2, 0.0), 'x3': (3, 0.0), 'x3_n2.55': (3, 2.55), 'x3_n7.65': (
 CONSISTENT = ('MCNetArch', 'PnPADMM', 'TVTV')
 
 
-def build_row(row, scale, device, tol, max_iter, channels='rgb', tf32=False):
+def build_row(row, scale, device, tol, max_iter, channels='rgb', tf32=False, backbone_path=None):
     """The network of ``options/test_<row>_x<scale>.yml`` with its weights, and whether it is told the measurement;
     ``(None, None)`` where that file or its trained weights do not exist. Consistent methods are made consistent on
     ``channels`` ('rgb', the kernel literature's; 'y', the tables'). Convolutions run in float32, or in TF32 with
     ``tf32`` (cuDNN's TensorFloat-32: faster on NVIDIA GPUs; matrix products, and so the separable projections, stay
-    float32)."""
+    float32). ``backbone_path``: an MCNet layer's backbone checkpoint instead of the file's (e.g. an anchor in
+    training)."""
     import copy
 
     import torch
@@ -46,6 +47,10 @@ def build_row(row, scale, device, tol, max_iter, channels='rgb', tf32=False):
         raise ValueError(f'{row}: TF32 is for rows of fixed iterations; an MCNet layer runs its solve in float32 (its '
                          'settings.allow_tf32), where TF32 would stop it short of its tolerance')
     consistent = net_opt['type'] in CONSISTENT
+    if backbone_path is not None:
+        if net_opt['type'] != 'MCNetArch':
+            raise ValueError(f'{row}: backbone_path is for MCNet layers; this row is a {net_opt["type"]}')
+        net_opt['backbone'] = dict(net_opt['backbone'], path=backbone_path)
     if consistent:
         net_opt.pop('eps', None)
         net_opt.update(channels=channels, eps_rms=QUANTIZATION_EPS_RMS)
