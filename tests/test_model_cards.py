@@ -334,3 +334,36 @@ def test_readme_and_model_zoo_tables_are_the_cards():
     block = (REPO_ROOT / 'docs' / 'ModelZoo.md').read_text().split(
         '<!-- resizer-layers: mcnet_basicsr.zoo.pretrained.resizer_layers_table() -->\n', 1)[1]
     assert block.split('<!-- /resizer-layers -->', 1)[0] == resizer_table
+
+
+def test_a_default_list_runs_the_first_backbone_whose_card_routes_the_resizer(monkeypatch):
+    """``default.resizers`` of a scale may be a list: ``mcnet-sr --degradation`` without ``--backbone`` runs the first
+    backbone whose card lists the resizer in ``degradations``, else the last; the help text says so."""
+    from mcnet_basicsr.cli import options as cli_options
+    routes = {'cv2-cubic': 36.0}
+    monkeypatch.setitem(MODELS['default']['resizers'], 2, ['ffdnet_unfolded16', 'rcan_compact'])
+    monkeypatch.setitem(MODELS['backbones']['ffdnet_unfolded16'], 'resizers',
+                        {2: {'tol': 1.0e-3, 'extrapolation': 0.0, 'dual': 'null_space', 'degradations': routes}})
+    assert cards.default_backbone(2, degradation='cv2-cubic') == 'ffdnet_unfolded16'
+    assert cards.default_backbone(2, degradation='pil-bicubic') == 'rcan_compact'  # rcan_compact's card routes it
+    assert cards.default_backbone(2, degradation='pil-lanczos') == 'rcan_compact'  # no card routes it: the last
+    assert cards.default_backbone(3, degradation='cv2-cubic') == MODELS['default']['resizers'][3]  # a single one
+    assert 'ffdnet_unfolded16 where its card routes the resizer, else rcan_compact for resizer LR' in \
+        cli_options.shipped_layers_text()
+
+
+def test_a_card_dual_builds_that_familys_map(monkeypatch):
+    """An untrained layer's card may give its family's ADMM dual at that scale (``dual: null_space`` for resizers);
+    without one the layer keeps the full dual, and the backbone is the scale's own file in every family."""
+    monkeypatch.setitem(MODELS['backbones']['ffdnet_unfolded16'], 'resizers',
+                        {2: {'tol': 1.0e-3, 'extrapolation': 0.0, 'dual': 'null_space'}})
+    resizers = pretrained.build_pretrained_mcnet(2, backbone='ffdnet_unfolded16', family='resizers')
+    kernels = pretrained.build_pretrained_mcnet(2, backbone='ffdnet_unfolded16', family='kernels')
+    assert (resizers.dual, kernels.dual) == ('null_space', 'full')
+    assert all(torch.equal(v, kernels.backbone.state_dict()[k]) for k, v in resizers.backbone.state_dict().items())
+    options = pretrained.untrained_layer_options('ffdnet_unfolded16')
+    row = yaml.safe_load((REPO_ROOT / 'options' / 'test_mcnet_ffdnet_unfolded16_resizers_x2.yml').read_text())
+    assert row['network_g']['dual'] == resizers.dual and row['network_g']['rho'] == options['rho']
+    monkeypatch.setitem(MODELS['backbones']['ffdnet_unfolded16']['resizers'][2], 'dual', 'nullspace')
+    with pytest.raises(ValueError, match="dual must be one of"):
+        pretrained.build_pretrained_mcnet(2, backbone='ffdnet_unfolded16', family='resizers')

@@ -46,8 +46,9 @@ def shipped_layers_text():
         sentences.append(f'For {FAMILY_LR[family]}: {groups}.')
     by_default = {}
     for family, per_scale in MODELS['default'].items():
-        for scale, b in per_scale.items():
-            by_default.setdefault(b, {}).setdefault(family, []).append(scale)
+        for scale, b in per_scale.items():  # a list: the first that routes the resizer, else the last
+            name = b if isinstance(b, str) else ' where its card routes the resizer, else '.join(b)
+            by_default.setdefault(name, {}).setdefault(family, []).append(scale)
     defaults = '; '.join(f'{b} for ' + ' and '.join(
         FAMILY_LR[f] + ('' if scales == list(SCALES) else f' at {", ".join(f"x{s}" for s in scales)}')
         for f, scales in families.items()) for b, families in by_default.items())

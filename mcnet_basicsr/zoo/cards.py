@@ -18,8 +18,12 @@ def lr_family(degradation=None, kernel=None):
 
 def default_backbone(scale, degradation=None, kernel=None):
     """The model ``mcnet-sr`` runs without ``--backbone`` for LR made by ``degradation`` or ``kernel`` (as
-    :func:`lr_family` reads them) at ``scale``: the cards' ``default`` of that family."""
-    return MODELS['default'][lr_family(degradation, kernel)][scale]
+    :func:`lr_family` reads them) at ``scale``: the cards' ``default`` of that family, a backbone or a list of them
+    in order of preference: the first whose card routes ``degradation`` (:func:`routed_family`), else the last."""
+    choice = MODELS['default'][lr_family(degradation, kernel)][scale]
+    if isinstance(choice, str):
+        return choice
+    return next((b for b in choice if routed_family(b, scale, degradation)), choice[-1])
 
 
 def untrained_layer(backbone):
@@ -68,10 +72,16 @@ def layer_family(backbone, scale, degradation=None, kernel=None):
         return 'kernels' if kernel is not None else 'resizers'
     if kernel is not None and model_card(backbone, scale, 'kernels') is not None:
         return 'kernels'
+    return routed_family(backbone, scale, degradation) or 'bicubic'
+
+
+def routed_family(backbone, scale, degradation):
+    """The family ('resizers', then 'kernels') whose card of ``backbone`` x``scale`` lists the resizer
+    ``degradation`` in its ``degradations`` (where that layer is the best shipped one, Table R), or None."""
     for family in ('resizers', 'kernels') if degradation is not None else ():
         if degradation in (model_card(backbone, scale, family) or {}).get('degradations', {}):
             return family
-    return 'bicubic'
+    return None
 
 
 def default_tol(backbone, scale, family='bicubic'):

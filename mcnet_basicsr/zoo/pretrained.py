@@ -196,6 +196,8 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
     layer_path = weight_path(shipped) if shipped else None
     file_options = layer_file_options(load_state_dict(layer_path)) if layer_path else dict(file_options or {})
     beta = dict(layer_options.pop('beta', {}), **file_options.pop('beta', {}))
+    if untrained_layer(backbone) is not None and 'dual' in card:  # this family's map (docs/MCNetArch.md)
+        layer_options['dual'] = card['dual']
     net = MCNetArch(
         backbone={'net': backbone, 'path': backbone_path or weight_path(_backbone_file(backbone, scale))},
         operator={'type': 'bicubic', 'scale': scale},
