@@ -79,12 +79,12 @@ def trace(net, lr, gt, operator, args):
     return out
 
 
+@torch.no_grad()
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from mcnet_basicsr.data.degradations import degraded_lr_uint8
     from mcnet_basicsr.evaluation.kernel_table import build_row
     from mcnet_basicsr.utils.images import list_images, mod_crop, read_hr
-    torch.set_grad_enabled(False)
     net, _ = build_row(args.row, args.scale, torch.device('cpu'), 1e-4, 100, backbone_path=args.anchor)
     if net is None:
         raise SystemExit(f'No options/test_{args.row}_x{args.scale}.yml or no weights it names.')

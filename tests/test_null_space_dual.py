@@ -170,6 +170,7 @@ def test_the_drift_lab_traces_the_row_it_is_given(tmp_path, monkeypatch, row, du
     out = tmp_path / 'drift.json'
     admm_drift.main(['--scale', '2', '--degradation', 'cv2-cubic', '--row', row, '--iters', '8', '--every', '8',
                      '--data', str(tmp_path), '--out', str(out)])
+    assert torch.is_grad_enabled()  # the lab leaves the process as it found it
     record = json.loads(out.read_text())
     assert (record['row'], record['dual']) == (row, dual)
     trace = record['results']['head.png']['admm']
