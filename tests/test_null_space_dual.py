@@ -10,36 +10,23 @@ import json
 import numpy as np
 import pytest
 import torch
-from basicsr.archs import build_network
 
 import mcnet_basicsr  # noqa: F401  (first: torchvision alias, registries)
 from conftest import REPO_ROOT, sample_photo
 from mcnet_basicsr.archs.layer_core import ChannelBalls
-from mcnet_basicsr.archs.mcnet_arch import MCNetArch
 from mcnet_basicsr.data.degradations import degraded_lr_uint8
 from mcnet_basicsr.data.kernel_family import gaussian_kernel
 from mcnet_basicsr.evaluation.evaluate import read_option
 from mcnet_basicsr.evaluation.kernel_table import build_row
 from mcnet_basicsr.ops import build_degradation, build_operator
-
-DT = torch.float64
-SRCNN = {'type': 'SRCNN', 'padding_mode': 'zeros'}
-
-
-@pytest.fixture(scope='module')
-def backbone_ckpt(tmp_path_factory):
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp('null_space_dual') / 'srcnn_random.pth'
-    torch.save({'params': build_network(SRCNN).state_dict()}, path)
-    return str(path)
+from test_mcnet_arch import DT, backbone_ckpt  # noqa: F401  (fixture)
+from test_mcnet_arch import make_net as make_arch_net
 
 
 def make_net(ckpt, scale, **kw):
-    """A Y layer on a random SRCNN with an 8-channel DnCNN6, the dual in the null space, in float64."""
-    torch.manual_seed(0)
-    net = MCNetArch(backbone={'net': SRCNN, 'path': ckpt, 'input': 'upsampled', 'channels': 1},
-                    operator={'type': 'bicubic', 'scale': scale}, denoiser={'num_feat': 8}, dual='null_space', **kw)
-    return net.to(DT).eval()
+    """test_mcnet_arch's layer (a random SRCNN, an 8-channel DnCNN6) at ``scale``, the dual in the null space, in
+    float64."""
+    return make_arch_net(ckpt, operator={'type': 'bicubic', 'scale': scale}, dual='null_space', **kw).to(DT).eval()
 
 
 def photo_y(size):
@@ -57,7 +44,7 @@ OPERATORS = {
 
 @pytest.mark.parametrize('name', OPERATORS)
 @pytest.mark.parametrize('eps', [0.0, 0.02])
-def test_the_dual_stays_in_the_null_space_and_x_in_the_ball(backbone_ckpt, name, eps):
+def test_the_dual_stays_in_the_null_space_and_x_in_the_ball(backbone_ckpt, name, eps):  # noqa: F811
     op = OPERATORS[name]()
     net = make_net(backbone_ckpt, op.scale, beta=1.0)
     hr = photo_y(48)
@@ -75,7 +62,7 @@ def test_the_dual_stays_in_the_null_space_and_x_in_the_ball(backbone_ckpt, name,
         assert float(op.residual_norm(x, b)) <= eps + 1e-10, name
 
 
-def test_the_dual_of_each_channel_stays_in_its_null_space(backbone_ckpt):
+def test_the_dual_of_each_channel_stays_in_its_null_space(backbone_ckpt):  # noqa: F811
     """RGB solved as one problem (a colour prior; each channel on its own ball): every channel's dual is unseen."""
     op = build_degradation('cv2-cubic', 2)
     net = make_net(backbone_ckpt, 2, beta=1.0)
@@ -94,7 +81,7 @@ def test_the_dual_of_each_channel_stays_in_its_null_space(backbone_ckpt):
         assert float(op(lam[:, c:c + 1]).norm()) <= 1e-12 * float(lam.norm())
 
 
-def test_the_fixed_point_is_the_null_space_split(backbone_ckpt):
+def test_the_fixed_point_is_the_null_space_split(backbone_ckpt):  # noqa: F811
     """With eps = 0: ``x = x_b + P_N R(x + (beta / rho) P_N (w - x))``, ``x_b = P_S(0)`` the least-norm solution."""
     beta, rho = 0.5, 2.0
     net = make_net(backbone_ckpt, 2, beta={'init': beta, 'learn': False}, rho=rho,
