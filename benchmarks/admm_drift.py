@@ -83,6 +83,7 @@ def trace(net, lr, gt, operator, args):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from mcnet_basicsr.data.degradations import degraded_lr_uint8
+    from mcnet_basicsr.evaluation.evaluate import read_option
     from mcnet_basicsr.evaluation.kernel_table import build_row
     from mcnet_basicsr.utils.images import list_images, mod_crop, read_hr
     net, _ = build_row(args.row, args.scale, torch.device('cpu'), 1e-4, 100, backbone_path=args.anchor)
@@ -106,7 +107,8 @@ def main(argv=None):
     record = {'protocol': f'Set5 x{args.scale}, LR made by {made} (uint8); Y-PSNR (uint8, crop s) of x after k '
                           'plain iterations of the ADMM map from (P_S(w), 0), and of the HQS map from P_S(w)',
               'row': args.row, 'dual': net.dual,
-              'anchor': args.anchor or f'shipped ffdnet_unfolded16_x{args.scale}.pth',
+              'anchor': args.anchor or 'shipped ' + osp.basename(read_option(
+                  f'options/test_{args.row}_x{args.scale}.yml')['network_g']['backbone']['path']),
               'device': device_name(torch.device('cpu')), 'results': results}
     with open(args.out, 'w') as f:
         json.dump(record, f, indent=1)

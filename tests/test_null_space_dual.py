@@ -105,13 +105,18 @@ def test_the_fixed_point_is_the_null_space_split(backbone_ckpt):  # noqa: F811
 
 @pytest.mark.parametrize('scale', [2, 3, 4])
 def test_the_resizer_rows_are_the_kernel_rows_with_the_dual_in_the_null_space(scale):
-    """options/test_mcnet_ffdnet_unfolded16_resizers_x*.yml: the layer of the kernel row (anchor, prior, beta, rho,
-    radius, channels) with ``dual: null_space``, its default operator MATLAB bicubic."""
+    """options/test_mcnet_ffdnet_unfolded16_resizers_x*.yml: the layer of the kernel row (prior, beta, rho, radius,
+    channels) with ``dual: null_space`` around the anchor trained for kernels and resizers (the Table R row
+    ``ffdnet_unfolded16_mix``), solved to Table R's tolerance 1e-4, its default operator MATLAB bicubic."""
     kernel = read_option(REPO_ROOT / 'options' / f'test_mcnet_ffdnet_unfolded16_x{scale}.yml')['network_g']
     resizer = read_option(REPO_ROOT / 'options' / f'test_mcnet_ffdnet_unfolded16_resizers_x{scale}.yml')['network_g']
+    anchor = read_option(REPO_ROOT / 'options' / f'test_ffdnet_unfolded16_mix_x{scale}.yml')
     assert resizer.pop('dual') == 'null_space' and 'dual' not in kernel
     assert resizer.pop('operator') == {'type': 'bicubic', 'scale': scale}
-    kernel.pop('operator')
+    assert resizer['backbone'].pop('path') == anchor['path']['pretrain_network_g']
+    assert anchor['network_g'] == resizer['backbone']['net'] == kernel['backbone']['net']
+    assert resizer['settings'].pop('solver') == {'forward': {'tol': 1.0e-4, 'max_iter': 60}}
+    del kernel['operator'], kernel['backbone']['path'], kernel['settings']['solver']
     assert resizer == kernel
 
 
@@ -160,6 +165,8 @@ def test_the_drift_lab_traces_the_row_it_is_given(tmp_path, monkeypatch, row, du
     assert torch.is_grad_enabled()  # the lab leaves the process as it found it
     record = json.loads(out.read_text())
     assert (record['row'], record['dual']) == (row, dual)
+    anchor = 'ffdnet_unfolded16_mix_x2.pth' if dual == 'null_space' else 'ffdnet_unfolded16_x2.pth'
+    assert record['anchor'] == f'shipped {anchor}'  # the row's own backbone file
     trace = record['results']['head.png']['admm']
     assert set(trace) == {'1', '8'}
     assert (trace['8']['step'] < 0.1 * trace['1']['step']) == (dual == 'null_space'), trace
