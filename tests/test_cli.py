@@ -149,8 +149,12 @@ def test_defaults_are_the_model_cards(tmp_path):
                 args = parse('--scale', str(s), *extra)
                 default = MODELS['default'][family][s]
                 layers = family
-                if family == 'resizers':  # the RCAN layer trained for resizers on OpenCV's LR, at x2 on Pillow's too
-                    routed = default == 'rcan_compact' and (s == 2 or extra[-1] in ('cv2-area', 'cv2-cubic'))
+                if family == 'resizers':  # the stage-3 anchor's layer where its card routes the resizer (OpenCV's
+                    # cubic at x2 and x3, area at x3 and x4), else the RCAN layer trained for resizers on OpenCV's
+                    # LR (at x2 on Pillow's too), else the RCAN's bicubic layer
+                    unfolded = {2: ('cv2-cubic',), 3: ('cv2-area', 'cv2-cubic'), 4: ('cv2-area',)}[s]
+                    default = 'ffdnet_unfolded16' if extra[-1] in unfolded else 'rcan_compact'
+                    routed = default == 'ffdnet_unfolded16' or s == 2 or extra[-1] in ('cv2-area', 'cv2-cubic')
                     layers = 'resizers' if routed else 'bicubic'
                 card = model_card(default, s, layers)
                 assert (args.backbone, args.layer_family) == (default, layers), (s, extra)

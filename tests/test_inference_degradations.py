@@ -462,3 +462,34 @@ def test_ffdnet_pnp_runs_consistent_with_pillow_and_with_matlab(tmp_path, capsys
     sr = torch.from_numpy(_read_16bit(out / 'sky_x2.png').copy()).permute(2, 0, 1)[None]
     residuals = np.sqrt(((hwc(imresize(sr, 0.5)) - lr8 / 255.0)**2).sum(axis=(0, 1)))
     _check_in_ball(residuals, 24 * 24, read_summary(out)[str(img)])
+
+
+def test_degradation_without_backbone_runs_the_stage3_anchors_null_space_layer_where_its_card_routes(tmp_path, capsys):
+    """``mcnet-sr --degradation cv2-cubic --scale 2`` without --backbone runs the untrained layer around the stage-3
+    anchor ``ffdnet_unfolded16_mix_x2.pth`` with its dual in the null space (the cards route OpenCV's cubic at x2 to
+    it): every channel of its output, resized by OpenCV itself, is within the uint8 ball of the LR, and its PSNR is
+    above that anchor's alone. ``--degradation pil-bicubic``, which no such card routes, runs the compact RCAN's
+    layer."""
+    from mcnet_basicsr.archs.frozen_backbone import non_blind_forward
+    from mcnet_basicsr.ops import build_degradation
+    from mcnet_basicsr.zoo.pretrained import build_pretrained_backbone
+    hr = sample_photo('chelsea', 64, (200, 100))  # fur, no value near 0 or 255: the saved output is not clipped
+    lr8 = np.stack([cv2.resize(hr[:, :, c], (32, 32), interpolation=cv2.INTER_CUBIC) for c in range(3)], axis=2)
+    img = _write_uint8_as_16bit(tmp_path / 'in' / 'face.png', lr8)
+    capsys.readouterr()
+    assert cli(img, '-o', tmp_path / 'out', '--scale', 2, '--degradation', 'cv2-cubic', '--device', 'cpu') == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        'MCNet + FFDNet unfolded x2: layer FFDNet prior ffdnet_rgb.pth, beta 3 growing with the noise (untrained), '
+        'null-space dual, around ffdnet_unfolded16_mix_x2.pth, A = cv2-cubic')
+    sr = _read_16bit(tmp_path / 'out' / 'face_x2.png')
+    resized = np.stack([cv2.resize(sr[:, :, c], (32, 32), interpolation=cv2.INTER_CUBIC) for c in range(3)], axis=2)
+    _check_in_ball(np.sqrt(((resized - lr8 / 255.0)**2).sum(axis=(0, 1))), 32 * 32,
+                   read_summary(tmp_path / 'out')[str(img)])
+    anchor = build_pretrained_backbone('ffdnet_unfolded16', 2, family='resizers')
+    lr = torch.from_numpy(lr8 / 255.0).permute(2, 0, 1)[None].float()
+    with torch.no_grad():
+        w = non_blind_forward(anchor, lr, build_degradation('cv2-cubic', 2))
+    assert _psnr_rgb(sr, hr, 2) > _psnr_rgb(hwc(w.clamp(0, 1).double()), hr, 2)
+    capsys.readouterr()
+    assert cli(img, '-o', tmp_path / 'pil', '--scale', 2, '--degradation', 'pil-bicubic', '--device', 'cpu') == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith('MCNet + compact RCAN x2: layer mcnet_rcan_compact_')

@@ -32,8 +32,8 @@ def test_cards_are_complete_and_name_shipped_files():
         own = {'untrained_layer'} | ({'backbone'} if 'backbone' in entry else set()) if b in UNTRAINED else {'models'}
         assert set(entry) - {'kernels', 'resizers'} == {'name', 'eps_rms', 'scored_on'} | own, b
         assert b in BACKBONE_PRESETS and entry['eps_rms'] in pretrained.EPS_RMS and entry['scored_on'] in RECORD_ROW
-        for s in pretrained.SCALES if b in UNTRAINED else ():
-            assert os.path.isfile(pretrained.weight_path(pretrained._backbone_file(b, s))), (b, s)
+        for s, f in [(s, f) for s in pretrained.SCALES for f in MODELS['families']] if b in UNTRAINED else ():
+            assert os.path.isfile(pretrained.weight_path(pretrained._backbone_file(b, s, f))), (b, s, f)
     for b, s, card in CARDS:
         assert set(card) == KEYS and s in pretrained.SCALES, (b, s)
         # YAML 1.1 reads 1e-4 (no dot) as a string
@@ -47,25 +47,31 @@ def test_cards_are_complete_and_name_shipped_files():
 
 def test_defaults_per_family_of_lr_run_on_shipped_weights_alone():
     """The cards' ``default``: SRCNN for MATLAB-bicubic LR, the unfolded anchor and its untrained layer for LR made
-    by a blur kernel, and for LR made by another resizer the compact RCAN: its layer trained for resizers on OpenCV's
-    area, linear and cubic LR at every scale and on Pillow's bicubic at x2, its bicubic layer on Pillow's at x3 and x4;
+    by a blur kernel, and for LR made by another resizer the stage-3 anchor's layer where its card routes the resizer
+    (OpenCV's cubic at x2 and x3, not at x4), else the compact RCAN: its layer trained for resizers on OpenCV's area,
+    linear and cubic LR at every scale and on Pillow's bicubic at x2, its bicubic layer on Pillow's at x3 and x4;
     each runs without any weights fetched, and ``layer_family`` picks the family of its layer for such LR."""
+    resizers = ['ffdnet_unfolded16', 'rcan_compact']
     assert MODELS['default'] == {'bicubic': {2: 'srcnn', 3: 'srcnn', 4: 'srcnn'},
                                  'kernels': {2: 'ffdnet_unfolded16', 3: 'ffdnet_unfolded16', 4: 'ffdnet_unfolded16'},
-                                 'resizers': {2: 'rcan_compact', 3: 'rcan_compact', 4: 'rcan_compact'}}
+                                 'resizers': {2: resizers, 3: resizers, 4: resizers}}
     lr = {'bicubic': [{}], 'kernels': [{'kernel': 'k.npy'}],
           'resizers': [{'degradation': 'pil-bicubic'}, {'degradation': 'cv2-cubic'}]}
-    for family, per_scale in MODELS['default'].items():
-        assert set(per_scale) == set(pretrained.SCALES), family
-        for s, b in per_scale.items():
+    for family in MODELS['default']:
+        assert set(MODELS['default'][family]) == set(pretrained.SCALES), family
+        for s in pretrained.SCALES:
             for given in lr[family]:
-                assert cards.default_backbone(s, **given) == b and cards.lr_family(**given) == family
-                layers = cards.layer_family(b, s, **given)
-                expected = family if family != 'resizers' else (
-                    'resizers' if s == 2 or given['degradation'] == 'cv2-cubic' else 'bicubic')
-                assert layers == expected, (family, s, given)
-                assert model_card(b, s, layers) is not None and not pretrained._official_weights(b), (family, s)
-                pretrained.check_available(b, s, family=layers)  # no path needed
+                b = cards.default_backbone(s, **given)
+                assert cards.lr_family(**given) == family
+                if family != 'resizers':
+                    expected = (MODELS['default'][family][s], family)
+                elif given['degradation'] == 'cv2-cubic':
+                    expected = ('ffdnet_unfolded16', 'resizers') if s < 4 else ('rcan_compact', 'resizers')
+                else:
+                    expected = ('rcan_compact', 'resizers' if s == 2 else 'bicubic')
+                assert (b, cards.layer_family(b, s, **given)) == expected, (family, s, given)
+                assert model_card(b, s, expected[1]) is not None and not pretrained._official_weights(b), (family, s)
+                pretrained.check_available(b, s, family=expected[1])  # no path needed
     assert cards.default_backbone(2, degradation='matlab-bicubic') == 'srcnn'  # the bicubic family, named
 
 
@@ -101,43 +107,51 @@ def test_kernel_layers_are_shipped_and_scored_by_their_table_records(backbone, s
         assert os.path.isfile(pretrained.weight_path(card['layer']))
 
 
+def _untrained_option_file(backbone, scale, family):
+    """The option file of ``backbone``'s untrained layer of ``family`` at ``scale``: a card that gives its own dual has
+    its own, ``options/test_mcnet_<backbone>_<family>_x<s>.yml``, else ``options/test_mcnet_<backbone>_x<s>.yml``."""
+    own = 'dual' in model_card(backbone, scale, family)
+    return REPO_ROOT / 'options' / f"test_mcnet_{backbone}{'_' + family if own else ''}_x{scale}.yml"
+
+
 @pytest.mark.parametrize('backbone', UNTRAINED)
 def test_untrained_layers_are_their_option_files(backbone):
-    """An untrained layer's card and ``options/test_mcnet_<backbone>_x<s>.yml`` say the same: backbone arch and file,
-    channels, rho, beta, prior (arch, level, file), radius and tolerance; and ``build_pretrained_mcnet`` builds the
-    network that option file builds (layer=False: not a trained file a card may name), weights and beta included, at
-    every scale of its kernel and resizer cards."""
+    """An untrained layer's card and its option file (``options/test_mcnet_<backbone>_x<s>.yml``, or the family's own
+    where its card gives a dual) say the same: backbone arch and file, channels, rho, beta, dual,
+    prior (arch, level, file), radius and tolerance; and ``build_pretrained_mcnet`` builds the network that option
+    file builds (layer=False: not a trained file a card may name), weights and beta included, at every scale of its
+    kernel and resizer cards."""
     from mcnet_basicsr.archs.backbone_presets_arch import backbone_type
     from mcnet_basicsr.utils.registration import build_network
     entry, layer = MODELS['backbones'][backbone], cards.untrained_layer(backbone)
     families = [f for f in ('kernels', 'resizers') if f in entry]
     scales = set().union(*(entry[f] for f in families))
     assert scales == set(pretrained.SCALES) and layer['beta']['learn'] is False
-    for scale in sorted(scales):
-        opt = yaml.safe_load((REPO_ROOT / 'options' / f'test_mcnet_{backbone}_x{scale}.yml').read_text())
-        net_opt = opt['network_g']
+    for scale, family in [(s, f) for s in sorted(scales) for f in families if s in entry[f]]:
+        opt = yaml.safe_load(_untrained_option_file(backbone, scale, family).read_text())
+        net_opt, card = opt['network_g'], model_card(backbone, scale, family)
         assert opt['scale'] == net_opt['operator']['scale'] == scale
         assert net_opt['backbone']['net']['type'] == backbone_type(backbone)
-        assert os.path.basename(net_opt['backbone']['path']) == pretrained._backbone_file(backbone, scale)
+        assert os.path.basename(net_opt['backbone']['path']) == pretrained._backbone_file(backbone, scale, family)
         for key in ('channels', 'rho', 'beta'):
-            assert net_opt[key] == layer[key], (scale, key)
+            assert net_opt[key] == layer[key], (scale, family, key)
+        assert net_opt.get('dual', 'full') == card.get('dual', 'full'), (scale, family)
         assert dict(net_opt['denoiser'], path=os.path.basename(net_opt['denoiser']['path'])) == layer['denoiser']
         assert net_opt['eps_rms'] == pytest.approx(pretrained.EPS_RMS[entry['eps_rms']], rel=1e-4)
-        for family in families:
-            assert net_opt['settings']['solver']['forward']['tol'] == model_card(backbone, scale, family)['tol']
+        assert net_opt['settings']['solver']['forward']['tol'] == card['tol'], (scale, family)
         # the network: the option file's (paths from the repository root) and the card's
         for part in (net_opt['backbone'], net_opt['denoiser']):
             part['path'] = str(REPO_ROOT / part['path'])
         from_option = build_network(net_opt)
-        from_card = pretrained.build_pretrained_mcnet(scale, backbone=backbone, family='kernels', layer=False,
+        from_card = pretrained.build_pretrained_mcnet(scale, backbone=backbone, family=family, layer=False,
                                                       eps_rms=pretrained.default_eps_rms(backbone))
         assert (from_card.channels, from_card.rho, from_card.scale) == (from_option.channels, from_option.rho, scale)
-        assert from_card.eps_rms == pytest.approx(from_option.eps_rms, rel=1e-4)
+        assert from_card.dual == from_option.dual and from_card.eps_rms == pytest.approx(from_option.eps_rms, rel=1e-4)
         assert not from_card.log_beta.requires_grad and float(from_card.beta) == pytest.approx(3.0)
         mine, theirs = from_card.state_dict(), from_option.state_dict()
         assert set(mine) == set(theirs)
         # all but the record of the operator it was built with (the option file's: no blur, the card's: bicubic)
-        assert all(torch.equal(mine[k], theirs[k]) for k in mine if k != '_extra_state'), scale
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine if k != '_extra_state'), (scale, family)
         assert from_card.trained_for() == from_option.trained_for() == f'{backbone_type(backbone)} x{scale}'
         backbones = from_card.backbone.state_dict(), from_option.backbone.state_dict()
         assert all(torch.equal(backbones[0][k], backbones[1][k]) for k in backbones[1])
@@ -156,7 +170,7 @@ def test_an_untrained_layer_serves_every_operator(backbone):
             if model_card(backbone, scale, family) is None:
                 with pytest.raises(ValueError, match=f'No MCNet layer .* ships for {backbone} at x{scale}'):
                     pretrained.check_available(backbone, scale, family=family)
-    assert [b for b in UNTRAINED if 'resizers' not in MODELS['backbones'][b]] == ['ffdnet_hqs', 'ffdnet_unfolded16']
+    assert [b for b in UNTRAINED if 'resizers' not in MODELS['backbones'][b]] == ['ffdnet_hqs']
     with pytest.raises(ValueError, match="serves any operator.*family 'kernels' or 'resizers'"):
         pretrained.check_available(backbone, 2)
     # FFDNetHQS's cards name its trained files, FFDNetPnP's and FFDNetUnfolded's name none
@@ -165,6 +179,9 @@ def test_an_untrained_layer_serves_every_operator(backbone):
                     'ffdnet_pnp': 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)',
                     'ffdnet_unfolded16': 'FFDNet prior ffdnet_rgb.pth, beta 3 growing with the noise (untrained)'}
         assert pretrained.describe_layer(backbone, scale, 'kernels') == expected[backbone]
+        if backbone == 'ffdnet_unfolded16':  # its resizer cards give their own dual and anchor
+            assert pretrained.describe_layer(backbone, scale, 'resizers') == (
+                f'{expected[backbone]}, null-space dual, around ffdnet_unfolded16_mix_x{scale}.pth')
 
 
 def test_a_trained_file_on_an_untrained_layers_card_loads_over_its_settings(tmp_path, monkeypatch):
@@ -236,10 +253,11 @@ SHIPPED_BACKBONE_FAMILY_CARDS = [(b, s, f) for f, family_cards in FAMILY_CARDS f
 
 @pytest.mark.parametrize('backbone, scale, family', SHIPPED_BACKBONE_FAMILY_CARDS)
 def test_family_layers_run_on_the_shipped_backbone_of_their_scale(backbone, scale, family):
-    """A kernel or resizer layer of a shipped backbone builds with nothing given (its card names no backbone file:
-    the scale's MATLAB-bicubic card or the backbone's own does) and runs on the same weights as the backbone alone."""
+    """A kernel or resizer layer of a shipped backbone builds with nothing given and runs on the same weights as the
+    backbone alone of that family: the file its card names, else the scale's MATLAB-bicubic card's or the backbone's
+    own."""
     net = pretrained.build_pretrained_mcnet(scale, backbone=backbone, family=family)
-    alone = pretrained.build_pretrained_backbone(backbone, scale).state_dict()
+    alone = pretrained.build_pretrained_backbone(backbone, scale, family=family).state_dict()
     mine = net.backbone.state_dict()
     assert mine.keys() == alone.keys() and all(torch.equal(mine[k], alone[k]) for k in alone), (backbone, scale)
 
@@ -277,6 +295,42 @@ def test_each_resizer_runs_the_best_shipped_layer_measured_and_cards_score_it(ba
         listed.update({r: family for r in names})
     for resizer in DEGRADATIONS:
         assert cards.layer_family(backbone, scale, degradation=resizer) == listed.get(resizer, 'bicubic')
+
+
+def _row_run_for(backbone, scale, resizer):
+    """The Table R row of the layer mcnet-sr runs on ``backbone`` x``scale`` for LR made by ``resizer``: an untrained
+    layer's option-file row, else the routed family's layer or the bicubic layer told the resizer."""
+    family = cards.layer_family(backbone, scale, degradation=resizer)
+    if backbone in UNTRAINED:
+        return _untrained_option_file(backbone, scale, family).stem[len('test_'):-len(f'_x{scale}')] + '@true'
+    return f"mcnet_{backbone}{'' if family == 'bicubic' else '_' + family}@true"
+
+
+LISTED = [(s, choice) for s, choice in MODELS['default']['resizers'].items() if not isinstance(choice, str)]
+
+
+@pytest.mark.parametrize('scale, choice', LISTED)
+def test_a_listed_default_routes_the_resizers_where_its_layer_beats_the_next(scale, choice):
+    """Where ``default.resizers`` of a scale lists backbones, each but the last lists in its resizer card's
+    ``degradations`` exactly the recorded resizers on which the layer mcnet-sr runs on it beats, on each of Set5, Set14
+    and CBSD68, the layer mcnet-sr would run without it (the rest of the list); each score is its CBSD68 cell."""
+    cells, same = resizer_table_cells(), same_operator_resizers(scale)
+    for i, backbone in enumerate(choice[:-1]):
+        names = model_card(backbone, scale, 'resizers').get('degradations', {})
+        assert set(names) <= set(DEGRADATIONS), names
+        for resizer in DEGRADATIONS:
+            fallback = next((b for b in choice[i + 1:] if cards.routed_family(b, scale, resizer)), choice[-1])
+            mine, theirs = _row_run_for(backbone, scale, resizer), _row_run_for(fallback, scale, resizer)
+            if not all(_has(cells, row, scale, resizer, s, same) for row in (mine, theirs) for s in SETS):
+                assert resizer not in names, (backbone, resizer, 'not measured')
+                continue
+            wins = [_cell(cells, mine, scale, resizer, s, same) > _cell(cells, theirs, scale, resizer, s, same)
+                    for s in SETS]
+            assert (resizer in names) == all(wins), (backbone, resizer, theirs, wins)
+            if resizer in names:
+                assert names[resizer] == round(_cell(cells, mine, scale, resizer, 'CBSD68', same), 2), resizer
+                assert cards.default_backbone(scale, degradation=resizer) == (
+                    next(b for b in choice if cards.routed_family(b, scale, resizer)))
 
 
 def test_radius_names_are_the_package_constants():
@@ -329,41 +383,44 @@ def test_readme_and_model_zoo_tables_are_the_cards():
         '<!-- kernel-layers: mcnet_basicsr.zoo.pretrained.kernel_layers_table() -->\n', 1)[1]
     assert block.split('<!-- /kernel-layers -->', 1)[0] == kernel_table
     resizer_table = pretrained.resizer_layers_table()
+    routing = sorted(set(RESIZER_CARDS + KERNEL_CARDS))  # every card that may route resizers, untrained ones too
     assert len(resizer_table.splitlines()) == 2 + sum(bool((model_card(b, s, f) or {}).get('degradations'))
-                                                      for b, s in ROUTED for f in ('kernels', 'resizers'))
+                                                      for b, s in routing for f in ('kernels', 'resizers'))
     block = (REPO_ROOT / 'docs' / 'ModelZoo.md').read_text().split(
         '<!-- resizer-layers: mcnet_basicsr.zoo.pretrained.resizer_layers_table() -->\n', 1)[1]
     assert block.split('<!-- /resizer-layers -->', 1)[0] == resizer_table
 
 
-def test_a_default_list_runs_the_first_backbone_whose_card_routes_the_resizer(monkeypatch):
+def test_a_default_list_runs_the_first_backbone_whose_card_routes_the_resizer():
     """``default.resizers`` of a scale may be a list: ``mcnet-sr --degradation`` without ``--backbone`` runs the first
     backbone whose card lists the resizer in ``degradations``, else the last; the help text says so."""
     from mcnet_basicsr.cli import options as cli_options
-    routes = {'cv2-cubic': 36.0}
-    monkeypatch.setitem(MODELS['default']['resizers'], 2, ['ffdnet_unfolded16', 'rcan_compact'])
-    monkeypatch.setitem(MODELS['backbones']['ffdnet_unfolded16'], 'resizers',
-                        {2: {'tol': 1.0e-3, 'extrapolation': 0.0, 'dual': 'null_space', 'degradations': routes}})
+    assert MODELS['default']['resizers'][2] == ['ffdnet_unfolded16', 'rcan_compact']
     assert cards.default_backbone(2, degradation='cv2-cubic') == 'ffdnet_unfolded16'
     assert cards.default_backbone(2, degradation='pil-bicubic') == 'rcan_compact'  # rcan_compact's card routes it
     assert cards.default_backbone(2, degradation='pil-lanczos') == 'rcan_compact'  # no card routes it: the last
-    assert cards.default_backbone(3, degradation='cv2-cubic') == MODELS['default']['resizers'][3]  # a single one
     assert 'ffdnet_unfolded16 where its card routes the resizer, else rcan_compact for resizer LR' in \
         cli_options.shipped_layers_text()
 
 
 def test_a_card_dual_builds_that_familys_map(monkeypatch):
-    """An untrained layer's card may give its family's ADMM dual at that scale (``dual: null_space`` for resizers);
-    without one the layer keeps the full dual, and the backbone is the scale's own file in every family."""
-    monkeypatch.setitem(MODELS['backbones']['ffdnet_unfolded16'], 'resizers',
-                        {2: {'tol': 1.0e-3, 'extrapolation': 0.0, 'dual': 'null_space'}})
+    """An untrained layer's card may give its family's ADMM dual at that scale (``dual: null_space`` for resizers) and
+    its own backbone file; without them the layer keeps the full dual and runs on the scale's shared file."""
     resizers = pretrained.build_pretrained_mcnet(2, backbone='ffdnet_unfolded16', family='resizers')
     kernels = pretrained.build_pretrained_mcnet(2, backbone='ffdnet_unfolded16', family='kernels')
     assert (resizers.dual, kernels.dual) == ('null_space', 'full')
-    assert all(torch.equal(v, kernels.backbone.state_dict()[k]) for k, v in resizers.backbone.state_dict().items())
+
+    def same(a, b):
+        return all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
+
+    mix = pretrained.build_pretrained_backbone('ffdnet_unfolded16', 2, family='resizers')
+    assert same(resizers.backbone, mix) and not same(resizers.backbone, kernels.backbone)
     options = pretrained.untrained_layer_options('ffdnet_unfolded16')
     row = yaml.safe_load((REPO_ROOT / 'options' / 'test_mcnet_ffdnet_unfolded16_resizers_x2.yml').read_text())
     assert row['network_g']['dual'] == resizers.dual and row['network_g']['rho'] == options['rho']
+    monkeypatch.setitem(MODELS['backbones']['ffdnet_unfolded16']['resizers'], 2, {'tol': 1.0e-3, 'extrapolation': 0.0})
+    plain = pretrained.build_pretrained_mcnet(2, backbone='ffdnet_unfolded16', family='resizers')
+    assert plain.dual == 'full' and same(plain.backbone, kernels.backbone)
     monkeypatch.setitem(MODELS['backbones']['ffdnet_unfolded16']['resizers'][2], 'dual', 'nullspace')
     with pytest.raises(ValueError, match="dual must be one of"):
         pretrained.build_pretrained_mcnet(2, backbone='ffdnet_unfolded16', family='resizers')

@@ -47,14 +47,20 @@ def layer_file(backbone, scale, family='bicubic'):
 
 def describe_layer(backbone, scale, family='bicubic', quote=str):
     """What the layer of ``family`` that ships for ``backbone`` x``scale`` is, in words: its file, or for an untrained
-    layer its prior and beta, e.g. 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)' (file names through
-    ``quote``)."""
+    layer its prior and beta, e.g. 'FFDNet prior ffdnet_rgb.pth, beta 3 (untrained)', then its card's dual and
+    backbone file where they are the family's own (file names through ``quote``)."""
     layer = untrained_layer(backbone)
     if layer is None or layer_file(backbone, scale, family):
         return quote(layer_file(backbone, scale, family))
-    denoiser, beta = layer['denoiser'], layer['beta']
+    denoiser, beta, card = layer['denoiser'], layer['beta'], model_card(backbone, scale, family) or {}
     growth = ' growing with the noise' if beta.get('noise') else ''
-    return f"{denoiser['arch']} prior {quote(denoiser['path'])}, beta {beta['init']:g}{growth} (untrained)"
+    text = f"{denoiser['arch']} prior {quote(denoiser['path'])}, beta {beta['init']:g}{growth} (untrained)"
+    if card.get('dual', 'full') != 'full':
+        text += f", {card['dual'].replace('_', '-')} dual"
+    shared = (model_card(backbone, scale) or model_card(backbone, scale, 'kernels') or {}).get('backbone')
+    if card.get('backbone', shared) != shared:
+        text += f", around {quote(card['backbone'])}"
+    return text
 
 
 def backbone_name(backbone):

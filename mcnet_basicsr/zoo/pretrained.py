@@ -72,16 +72,17 @@ def build_pretrained_srcnn(scale, device='cpu'):
     return build_pretrained_backbone('srcnn', scale, device)
 
 
-def build_pretrained_backbone(name, scale, device='cpu'):
+def build_pretrained_backbone(name, scale, device='cpu', family='bicubic'):
     """One of our shipped backbones alone, as an RGB LR -> RGB HR network: 'srcnn', 'rcan_compact', 'rdn_compact', or
     'ffdnet_pnp' (told the operator and the noise per call, ``net(lr, operator, sigma)``), 'ffdnet_hqs' or
-    'ffdnet_unfolded16' (told the kernel, the scale and the noise, ``net(lr, kernel, scale, sigma)``)."""
+    'ffdnet_unfolded16' (told the kernel, the scale and the noise, ``net(lr, kernel, scale, sigma)``); the weights
+    that its layers of ``family`` run on (a family's card may name its own, as ffdnet_unfolded16's resizers do)."""
     _check_scale(scale)
     if name in BACKBONES and _official_weights(name):
         raise ValueError(f'{name}: its official weights are third-party and not shipped; build the arch from '
                          f'backbone_options({name!r}, {scale}) and load them (scripts/fetch_assets.py {name}).')
     net = build_network(backbone_options(name, scale))
-    path = _backbone_file(name, scale) if name in BACKBONES else None
+    path = _backbone_file(name, scale, family) if name in BACKBONES else None
     if path is None:
         raise ValueError(f'No {name} backbone ships for x{scale}; shipped backbones: {", ".join(BACKBONES)}.')
     load_network(net, weight_path(path))
@@ -93,11 +94,12 @@ def _official_weights(backbone):
     return any(card['backbone'] == 'official' for card in MODELS['backbones'][backbone].get('models', {}).values())
 
 
-def _backbone_file(backbone, scale):
-    """The shipped backbone checkpoint at ``scale``: the backbone's own where one serves every scale, else the one its
-    MATLAB-bicubic card names (the layers of every family at that scale run on it), else its kernel card's."""
-    card = model_card(backbone, scale) or model_card(backbone, scale, 'kernels') or {}
-    return MODELS['backbones'][backbone].get('backbone') or card.get('backbone')
+def _backbone_file(backbone, scale, family='bicubic'):
+    """The shipped backbone checkpoint that the layers of ``family`` run on at ``scale``: the backbone's own where one
+    serves every scale, else the one that family's card names, else the one its MATLAB-bicubic card names (the layers
+    of every family at that scale run on it), else its kernel card's."""
+    names = [(model_card(backbone, scale, f) or {}).get('backbone') for f in (family, 'bicubic', 'kernels')]
+    return MODELS['backbones'][backbone].get('backbone') or next((n for n in names if n), None)
 
 
 def layer_file_options(state):
@@ -199,7 +201,7 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
     if untrained_layer(backbone) is not None and 'dual' in card:  # this family's map (docs/MCNetArch.md)
         layer_options['dual'] = card['dual']
     net = MCNetArch(
-        backbone={'net': backbone, 'path': backbone_path or weight_path(_backbone_file(backbone, scale))},
+        backbone={'net': backbone, 'path': backbone_path or weight_path(_backbone_file(backbone, scale, family))},
         operator={'type': 'bicubic', 'scale': scale},
         channels=channels or layer_channels,
         eps=eps,
