@@ -25,7 +25,10 @@ Set5/Set14 scores of each.
 * ``mcnet_ffdnet_hqs_x{2,3,4}.pth``: HQS's layers trained for LR made by blur kernels and noise, which its cards name;
 * ``ffdnet_unfolded16_x{2,3,4}.pth``: the unfolded anchor (FFDNetHQS unfolded to 16 iterations and trained end to end,
   told the kernel, the scale and the noise; half precision), the backbone ``ffdnet_unfolded16`` of each scale, around
-  which its card's untrained layer runs (``mcnet-sr``'s default for LR made by blur kernels).
+  which its card's untrained layer runs (``mcnet-sr``'s default for LR made by blur kernels);
+* ``ffdnet_unfolded16_mix_x{2,3,4}.pth``: that anchor trained further on blur kernels and resizers, the backbone of
+  ``ffdnet_unfolded16``'s layer for resizers (``family='resizers'``: the same untrained layer, its dual in the null
+  space of the resizer), which ``mcnet-sr --degradation`` runs for the resizers its cards route.
 
 ``weights/README.md`` records the option file, command, iterations and Set5 score of each file.
 """
@@ -170,7 +173,8 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
             'ffdnet_hqs' (FFDNetPnP / FFDNetHQS and their untrained layer with the same colour FFDNet as prior, beta 3,
             or the trained file a card names: ``family`` 'kernels' or, for PnP, 'resizers'; the operator given per
             call), or 'ffdnet_unfolded16' (the unfolded anchor of the scale and that untrained layer, its beta growing
-            with the noise; ``family`` 'kernels').
+            with the noise; ``family`` 'kernels', or 'resizers': around the anchor its card names, the dual in the
+            null space).
         start (bool): Begin each solve at the shipped learned start where one ships for this model (its card's
             ``start``; not with another ``backbone_path``, to whose outputs it was not fitted). The fixed point is the
             same.
