@@ -33,7 +33,7 @@ def test_cards_are_complete_and_name_shipped_files():
         assert set(entry) - {'kernels', 'resizers'} == {'name', 'eps_rms', 'scored_on'} | own, b
         assert b in BACKBONE_PRESETS and entry['eps_rms'] in pretrained.EPS_RMS and entry['scored_on'] in RECORD_ROW
         for s, f in [(s, f) for s in pretrained.SCALES for f in MODELS['families']] if b in UNTRAINED else ():
-            assert os.path.isfile(pretrained.weight_path(pretrained._backbone_file(b, s, f))), (b, s, f)
+            assert os.path.isfile(pretrained.weight_path(pretrained.backbone_file(b, s, f))), (b, s, f)
     for b, s, card in CARDS:
         assert set(card) == KEYS and s in pretrained.SCALES, (b, s)
         # YAML 1.1 reads 1e-4 (no dot) as a string
@@ -132,7 +132,7 @@ def test_untrained_layers_are_their_option_files(backbone):
         net_opt, card = opt['network_g'], model_card(backbone, scale, family)
         assert opt['scale'] == net_opt['operator']['scale'] == scale
         assert net_opt['backbone']['net']['type'] == backbone_type(backbone)
-        assert os.path.basename(net_opt['backbone']['path']) == pretrained._backbone_file(backbone, scale, family)
+        assert os.path.basename(net_opt['backbone']['path']) == pretrained.backbone_file(backbone, scale, family)
         for key in ('channels', 'rho', 'beta'):
             assert net_opt[key] == layer[key], (scale, family, key)
         assert net_opt.get('dual', 'full') == card.get('dual', 'full'), (scale, family)

@@ -39,6 +39,15 @@ def model_card(backbone, scale, family='bicubic'):
     return MODELS['backbones'].get(backbone, {}).get(MODELS['families'][family], {}).get(scale)
 
 
+def backbone_file(backbone, scale, family='bicubic'):
+    """The shipped backbone checkpoint (a file name) that the layers of ``family`` run on at ``scale``: the
+    backbone's own where one serves every scale, else the one that family's card names, else the one its
+    MATLAB-bicubic card names (the layers of every family at that scale run on it), else its kernel card's
+    ('official': the authors' weights, not shipped; None where none ships)."""
+    names = [(model_card(backbone, scale, f) or {}).get('backbone') for f in (family, 'bicubic', 'kernels')]
+    return MODELS['backbones'][backbone].get('backbone') or next((n for n in names if n), None)
+
+
 def layer_file(backbone, scale, family='bicubic'):
     """The shipped layer file of the card ``backbone`` x``scale`` of ``family`` (its ``layer``), or None: no card,
     or a backbone's untrained layer serves it."""
@@ -57,9 +66,8 @@ def describe_layer(backbone, scale, family='bicubic', quote=str):
     text = f"{denoiser['arch']} prior {quote(denoiser['path'])}, beta {beta['init']:g}{growth} (untrained)"
     if card.get('dual', 'full') != 'full':
         text += f", {card['dual'].replace('_', '-')} dual"
-    shared = (model_card(backbone, scale) or model_card(backbone, scale, 'kernels') or {}).get('backbone')
-    if card.get('backbone', shared) != shared:
-        text += f", around {quote(card['backbone'])}"
+    if backbone_file(backbone, scale, family) != backbone_file(backbone, scale):
+        text += f', around {quote(backbone_file(backbone, scale, family))}'
     return text
 
 

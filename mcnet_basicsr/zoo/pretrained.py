@@ -41,8 +41,8 @@ from ..ops import QUANTIZATION_EPS_RMS
 from ..utils.checkpoint import load_network, load_state_dict
 from ..utils.paths import SHIPPED_WEIGHTS_DIR as WEIGHTS_DIR
 from ..utils.registration import build_network
-from .cards import (BACKBONES, MODELS, SCALES, backbone_name, describe_layer, layer_file,  # noqa: F401  (also theirs)
-                    model_card, untrained_layer)
+from .cards import (BACKBONES, MODELS, SCALES, backbone_file, backbone_name,  # noqa: F401  (also theirs)
+                    describe_layer, layer_file, model_card, untrained_layer)
 
 # the radius names a card may give (eps_rms); None is exact consistency
 EPS_RMS = {None: None, 'quantization': QUANTIZATION_EPS_RMS}
@@ -85,7 +85,7 @@ def build_pretrained_backbone(name, scale, device='cpu', family='bicubic'):
         raise ValueError(f'{name}: its official weights are third-party and not shipped; build the arch from '
                          f'backbone_options({name!r}, {scale}) and load them (scripts/fetch_assets.py {name}).')
     net = build_network(backbone_options(name, scale))
-    path = _backbone_file(name, scale, family) if name in BACKBONES else None
+    path = backbone_file(name, scale, family) if name in BACKBONES else None
     if path is None:
         raise ValueError(f'No {name} backbone ships for x{scale}; shipped backbones: {", ".join(BACKBONES)}.')
     load_network(net, weight_path(path))
@@ -95,14 +95,6 @@ def build_pretrained_backbone(name, scale, device='cpu', family='bicubic'):
 def _official_weights(backbone):
     """Whether ``backbone``'s layers run on its authors' third-party weights (their cards' ``backbone: official``)."""
     return any(card['backbone'] == 'official' for card in MODELS['backbones'][backbone].get('models', {}).values())
-
-
-def _backbone_file(backbone, scale, family='bicubic'):
-    """The shipped backbone checkpoint that the layers of ``family`` run on at ``scale``: the backbone's own where one
-    serves every scale, else the one that family's card names, else the one its MATLAB-bicubic card names (the layers
-    of every family at that scale run on it), else its kernel card's."""
-    names = [(model_card(backbone, scale, f) or {}).get('backbone') for f in (family, 'bicubic', 'kernels')]
-    return MODELS['backbones'][backbone].get('backbone') or next((n for n in names if n), None)
 
 
 def layer_file_options(state):
@@ -205,7 +197,7 @@ def build_pretrained_mcnet(scale, device='cpu', backbone_path=None, eps=None, ep
     if untrained_layer(backbone) is not None and 'dual' in card:  # this family's map (docs/MCNetArch.md)
         layer_options['dual'] = card['dual']
     net = MCNetArch(
-        backbone={'net': backbone, 'path': backbone_path or weight_path(_backbone_file(backbone, scale, family))},
+        backbone={'net': backbone, 'path': backbone_path or weight_path(backbone_file(backbone, scale, family))},
         operator={'type': 'bicubic', 'scale': scale},
         channels=channels or layer_channels,
         eps=eps,
