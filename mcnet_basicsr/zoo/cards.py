@@ -66,8 +66,9 @@ def describe_layer(backbone, scale, family='bicubic', quote=str):
     text = f"{denoiser['arch']} prior {quote(denoiser['path'])}, beta {beta['init']:g}{growth} (untrained)"
     if card.get('dual', 'full') != 'full':
         text += f", {card['dual'].replace('_', '-')} dual"
-    if backbone_file(backbone, scale, family) != backbone_file(backbone, scale):
-        text += f', around {quote(backbone_file(backbone, scale, family))}'
+    own = backbone_file(backbone, scale, family)
+    if own != backbone_file(backbone, scale):
+        text += f', around {quote(own)}'
     return text
 
 
