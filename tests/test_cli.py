@@ -142,7 +142,8 @@ def test_defaults_are_the_model_cards(tmp_path):
     kernel.write_bytes(b'')  # the parser checks that it exists
     lr_options = {'bicubic': [[], ['--degradation', 'matlab-bicubic']], 'kernels': [['--kernel', str(kernel)]],
                   'resizers': [['--degradation', 'pil-bicubic'], ['--degradation', 'cv2-area'],
-                               ['--degradation', 'cv2-cubic'], ['--degradation', 'pil-bilinear']]}
+                               ['--degradation', 'cv2-cubic'], ['--degradation', 'pil-bilinear'],
+                               ['--degradation', 'pil-lanczos']]}
     for s in cli_options.SCALES:
         for family, cases in lr_options.items():
             for extra in cases:
@@ -150,10 +151,11 @@ def test_defaults_are_the_model_cards(tmp_path):
                 default = MODELS['default'][family][s]
                 layers = family
                 if family == 'resizers':  # the stage-3 anchor's layer where its card routes the resizer (OpenCV's
-                    # cubic at x2 and x3, area at x3 and x4, Pillow's bilinear), else the RCAN layer trained for
-                    # resizers on OpenCV's LR (at x2 on Pillow's bicubic too), else the RCAN's bicubic layer
-                    unfolded = {2: ('cv2-cubic', 'pil-bilinear'), 3: ('cv2-area', 'cv2-cubic', 'pil-bilinear'),
-                                4: ('cv2-area', 'pil-bilinear')}[s]
+                    # cubic at x2 and x3, area at x3 and x4, Pillow's bilinear and Lanczos), else the RCAN layer
+                    # trained for resizers on OpenCV's LR (at x2 on Pillow's bicubic too), else its bicubic layer
+                    pillow = ('pil-bilinear', 'pil-lanczos')
+                    unfolded = {2: ('cv2-cubic', *pillow), 3: ('cv2-area', 'cv2-cubic', *pillow),
+                                4: ('cv2-area', *pillow)}[s]
                     default = 'ffdnet_unfolded16' if extra[-1] in unfolded else 'rcan_compact'
                     routed = default == 'ffdnet_unfolded16' or s == 2 or extra[-1] in ('cv2-area', 'cv2-cubic')
                     layers = 'resizers' if routed else 'bicubic'

@@ -398,7 +398,9 @@ def test_a_default_list_runs_the_first_backbone_whose_card_routes_the_resizer():
     assert MODELS['default']['resizers'][2] == ['ffdnet_unfolded16', 'rcan_compact']
     assert cards.default_backbone(2, degradation='cv2-cubic') == 'ffdnet_unfolded16'
     assert cards.default_backbone(2, degradation='pil-bicubic') == 'rcan_compact'  # rcan_compact's card routes it
-    assert cards.default_backbone(2, degradation='pil-lanczos') == 'rcan_compact'  # no card routes it: the last
+    assert cards.default_backbone(2, degradation='pil-lanczos') == 'ffdnet_unfolded16'
+    assert not any(cards.routed_family(b, 3, 'pil-bicubic') for b in MODELS['default']['resizers'][3])
+    assert cards.default_backbone(3, degradation='pil-bicubic') == 'rcan_compact'  # no card routes it: the last
     assert 'ffdnet_unfolded16 where its card routes the resizer, else rcan_compact for resizer LR' in \
         cli_options.shipped_layers_text()
 
